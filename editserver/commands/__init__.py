@@ -1,0 +1,1 @@
+"""Subcommands of the editserver CLI, one module each."""

@@ -1,0 +1,237 @@
+"""The model's entry point: ``Engine.complete(request) -> Completion``.
+
+Design decisions:
+- Two request types, both plain dataclasses with no HTTP in sight: ``FimRequest`` (prefix/suffix)
+  and ``EditRequest`` (an Inception next-edit prompt). The server, the replay harness and the
+  benchmarks all call this one function, so they measure what users get.
+- FIM layout: ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then a canvas of ``max_tokens``
+  masks; edit layout: the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack.
+  Both are exactly the training layouts (model/data.py).
+- The context window is enforced, never truncated: prompt plus canvas beyond 32,768 tokens raises
+  ``ContextTooLongError``.
+- ``effort`` (instant|low|medium|high) picks the unmasking threshold and block size from the
+  checkpoint's ``InferenceConfig``; a request may override the threshold directly.
+- Stop sequences cut the decoded text (the diffusion canvas is produced in parallel, so stops are
+  applied after decoding, as OpenAI-style servers do for non-streamed text).
+- ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
+  masked); ``complete`` is the batch of one.
+- Edit completions carry a score (aggregate of the per-token confidences, model/scoring.py) and
+  whether it clears the checkpoint's selectivity threshold; an answer equal to the region is
+  reported as ``unchanged``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from model.checkpoint import Checkpoint, load_checkpoint
+from model.prompt import EditPrompt, parse_prompt
+from model.sampler import ThresholdRule, TopKRule, UnmaskRule, denoise
+from model.scoring import aggregate
+from model.transformer import ContextTooLongError
+
+EFFORTS = ("instant", "low", "medium", "high")
+
+
+@dataclass
+class SamplingOptions:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    presence_penalty: float = 0.0
+    stop: list[str] = field(default_factory=list)
+    effort: str | None = None  # None: the checkpoint's default effort
+    threshold: float | None = None  # overrides the effort's unmasking threshold
+    sequential: bool = False  # one token per step (the quality baseline)
+    seed: int = 0
+    record_canvases: bool = False  # keep every intermediate draft (for ``diffusing`` streams)
+    on_step: Callable[[str], None] | None = None  # called with the whole current draft each step
+    cancel: threading.Event | None = None  # set it to stop decoding
+
+
+@dataclass
+class FimRequest:
+    prefix: str
+    suffix: str = ""
+    max_tokens: int | None = None
+    options: SamplingOptions = field(default_factory=SamplingOptions)
+
+
+@dataclass
+class EditRequest:
+    prompt: str  # Inception's next-edit layout (model/prompt.py)
+    max_tokens: int | None = None
+    options: SamplingOptions = field(default_factory=SamplingOptions)
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str  # "stop" | "length" | "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+    score: float  # aggregate confidence in [0, 1]
+    token_confidences: list[float]
+    steps: int
+    model_calls: int
+    latency_s: float
+    canvases: list[str] = field(default_factory=list)
+    # next edit only
+    region: str | None = None  # the editable region as sent (without the cursor tag)
+    unchanged: bool = False
+    above_threshold: bool = True
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.completion_tokens / self.steps if self.steps else 0.0
+
+
+class Engine:
+    def __init__(self, checkpoint: Checkpoint, device: str = "cpu"):
+        self.ck = checkpoint
+        self.model = checkpoint.model.to(device).eval()
+        self.tok = checkpoint.tokenizer
+        self.inference = checkpoint.inference
+        self.device = device
+        self.context_length = self.model.cfg.max_seq_len
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, device: str = "cpu") -> Engine:
+        return cls(load_checkpoint(path, device=device), device)
+
+    @property
+    def max_output_tokens(self) -> int:
+        return 1024
+
+    # ---- layout --------------------------------------------------------------------------------
+    def _fim_context(self, req: FimRequest) -> list[int]:
+        t = self.tok
+        return [t.fim_prefix_id, *t.encode(req.prefix), t.fim_suffix_id, *t.encode(req.suffix), t.fim_middle_id]
+
+    def _edit_context(self, req: EditRequest) -> tuple[list[int], EditPrompt, int]:
+        parsed = parse_prompt(req.prompt)  # raises PromptError on malformed prompts
+        ctx = [*self.tok.encode(req.prompt), self.tok.rewrite_id]
+        region_tokens = len(self.tok.encode(parsed.region))
+        canvas = region_tokens + self.inference.edit_slack_tokens
+        if req.max_tokens is not None:
+            canvas = min(canvas, req.max_tokens)
+        return ctx, parsed, canvas
+
+    def _rule(self, o: SamplingOptions) -> tuple[UnmaskRule, int]:
+        effort = o.effort or self.inference.default_effort
+        if effort not in self.inference.efforts:
+            raise ValueError(f"effort must be one of {sorted(self.inference.efforts)}, got {effort!r}")
+        preset = self.inference.efforts[effort]
+        if o.sequential:
+            return TopKRule(1), preset.block_size
+        return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), preset.block_size
+
+    # ---- entry point ---------------------------------------------------------------------------
+    def complete(self, req: FimRequest | EditRequest) -> Completion:
+        return self.complete_batch([req])[0]
+
+    def complete_batch(self, reqs: list[FimRequest] | list[EditRequest]) -> list[Completion]:
+        if not reqs:
+            return []
+        t0 = time.perf_counter()
+        kinds = {type(r) for r in reqs}
+        if len(kinds) != 1:
+            raise ValueError("a batch holds requests of one kind")
+        o = reqs[0].options
+        rule, block = self._rule(o)
+        parsed: list[EditPrompt | None] = [None] * len(reqs)
+        contexts, canvas_lens = [], []
+        for i, r in enumerate(reqs):
+            if isinstance(r, FimRequest):
+                contexts.append(self._fim_context(r))
+                n = r.max_tokens if r.max_tokens is not None else self.inference.fim_max_tokens
+                if n < 1:
+                    raise ValueError("max_tokens must be at least 1")
+                canvas_lens.append(min(n, self.max_output_tokens))
+            else:
+                ctx, parsed[i], n = self._edit_context(r)
+                contexts.append(ctx)
+                canvas_lens.append(n)
+        canvas_len = max(canvas_lens)
+        for ctx in contexts:
+            if len(ctx) + canvas_len > self.context_length:
+                raise ContextTooLongError(
+                    f"prompt of {len(ctx)} tokens plus {canvas_len} output tokens exceeds the "
+                    f"context window of {self.context_length} tokens"
+                )
+        Lc = max(len(c) for c in contexts)
+        ids = torch.full((len(reqs), Lc), self.tok.eot_id, dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, : len(c)] = torch.tensor(c)
+        lens = torch.tensor([len(c) for c in contexts])
+        gen = torch.Generator(device=self.device).manual_seed(o.seed)
+        on_step = None
+        if o.on_step is not None:
+            cb = o.on_step
+
+            def on_step(canvas: torch.Tensor) -> None:
+                cb(self._draft(canvas[0]))
+
+        res = denoise(
+            self.model,
+            ids.to(self.device),
+            lens.to(self.device),
+            canvas_len,
+            mask_id=self.tok.mask_id,
+            eot_id=self.tok.eot_id,
+            block_size=block,
+            rule=rule,
+            temperature=o.temperature,
+            top_p=o.top_p,
+            presence_penalty=o.presence_penalty,
+            suppress_ids=[i for i in self.tok.special_ids.values() if i != self.tok.eot_id],
+            generator=gen,
+            record=o.record_canvases,
+            on_step=on_step,
+            should_stop=(o.cancel.is_set if o.cancel is not None else None),
+        )
+        latency = time.perf_counter() - t0
+        out = []
+        for i, r in enumerate(reqs):
+            n = min(int(res.lengths[i]), canvas_lens[i])
+            toks = res.tokens[i, :n].tolist()
+            confs = res.confidences[i, :n].tolist()
+            text = self.tok.decode(toks)
+            finish = "stop" if bool(res.finished[i]) and int(res.lengths[i]) < canvas_lens[i] else "length"
+            for s in r.options.stop:
+                cut = text.find(s) if s else -1
+                if cut >= 0:
+                    text, finish = text[:cut], "stop"
+            if res.cancelled:
+                finish = "cancelled"
+            c = Completion(
+                text=text,
+                finish_reason=finish,
+                prompt_tokens=len(contexts[i]),
+                completion_tokens=n,
+                score=aggregate(confs, self.inference.score_aggregate),
+                token_confidences=confs,
+                steps=res.steps,
+                model_calls=res.model_calls,
+                latency_s=latency,
+                canvases=[self._draft(cv[i]) for cv in res.canvases],
+            )
+            p = parsed[i]
+            if p is not None:
+                c.region = p.region
+                c.unchanged = text == p.region
+                c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold
+            out.append(c)
+        return out
+
+    def _draft(self, row: torch.Tensor) -> str:
+        """A canvas as text: masks shown as nothing, stopped at the first end-of-text."""
+        toks = row.tolist()
+        if self.tok.eot_id in toks:
+            toks = toks[: toks.index(self.tok.eot_id)]
+        return self.tok.decode(t for t in toks if t != self.tok.mask_id)

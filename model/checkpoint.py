@@ -1,0 +1,85 @@
+"""Checkpoints: a directory with ``config.json``, ``model.safetensors`` and ``tokenizer.json``.
+
+Design decisions:
+- safetensors only (no pickle): a checkpoint from anywhere can be loaded without running its code.
+- Weights may be stored in bfloat16 to keep the shipped default under 48 MB; they are cast to the
+  serving dtype on load.
+- ``config.json`` carries the model shape, the inference settings (effort presets, the selectivity
+  threshold the replay harness tuned) and free-form provenance (how it was trained).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from model.config import InferenceConfig, ModelConfig
+from model.tokenizer import Tokenizer
+from model.transformer import Transformer
+
+DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
+
+
+@dataclass
+class Checkpoint:
+    model: Transformer
+    tokenizer: Tokenizer
+    inference: InferenceConfig
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.cfg
+
+
+def save_checkpoint(
+    directory: str | Path,
+    model: Transformer,
+    tokenizer: Tokenizer,
+    inference: InferenceConfig | None = None,
+    meta: dict | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> None:
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(d / "model.safetensors"))
+    tokenizer.save(d / "tokenizer.json")
+    cfg = {
+        "model": model.cfg.to_dict(),
+        "inference": (inference or InferenceConfig()).to_dict(),
+        "meta": meta or {},
+    }
+    (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def load_checkpoint(
+    directory: str | Path | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> Checkpoint:
+    d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
+    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (d / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{d} is not a checkpoint directory (missing {', '.join(missing)})")
+    cfg = json.loads((d / "config.json").read_text())
+    model = Transformer(ModelConfig.from_dict(cfg["model"]))
+    state = load_file(str(d / "model.safetensors"))
+    model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
+    model.to(device=device, dtype=dtype).eval()
+    return Checkpoint(
+        model,
+        Tokenizer.load(d / "tokenizer.json"),
+        InferenceConfig.from_dict(cfg.get("inference", {})),
+        cfg.get("meta", {}),
+    )
+
+
+def update_inference_config(directory: str | Path, **changes) -> None:
+    """Rewrite fields of a checkpoint's inference settings in place (used by the replay harness)."""
+    path = Path(directory) / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.setdefault("inference", {}).update(changes)
+    path.write_text(json.dumps(cfg, indent=2) + "\n")

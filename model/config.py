@@ -1,0 +1,96 @@
+"""Model and inference configuration: one dataclass each, with named presets.
+
+Design decisions:
+- ``ModelConfig`` holds only what shapes the weights; ``InferenceConfig`` holds what the sampler and
+  the server read at run time (effort presets, selectivity threshold). Both are saved together in the
+  checkpoint's ``config.json`` so a checkpoint carries the threshold the replay harness tuned for it.
+- ``rope_theta = 1e6`` (Qwen2's value) keeps the slowest rotary frequency's wavelength
+  (2*pi*theta^((d-2)/d) ~ 5e6 positions for d=64) far above the 32,768-token window, so positions stay
+  distinguishable across the whole context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+CONTEXT_LENGTH = 32768
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 8192
+    dim: int = 384
+    n_layers: int = 6
+    n_heads: int = 6
+    n_kv_heads: int = 2  # grouped-query attention: n_heads / n_kv_heads queries share one K/V head
+    ffn_dim: int = 1024  # SwiGLU hidden width
+    rope_theta: float = 1_000_000.0
+    max_seq_len: int = CONTEXT_LENGTH
+    norm_eps: float = 1e-6
+    tie_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def __post_init__(self) -> None:
+        if self.dim % self.n_heads:
+            raise ValueError("dim must be divisible by n_heads")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError("n_heads must be divisible by n_kv_heads")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # Tests: a few thousand parameters besides the embedding; runs a step in milliseconds.
+    "tiny": ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128),
+    # The shipped default: ~12.6M parameters with an 8k vocabulary, trained on 2 CPU cores.
+    "small": ModelConfig(dim=384, n_layers=6, n_heads=6, n_kv_heads=2, ffn_dim=1024),
+    # For a lent GPU: ~45M parameters, still under the 48 MB checkpoint cap in bf16 (~90 MB fp32).
+    "base": ModelConfig(dim=512, n_layers=12, n_heads=8, n_kv_heads=2, ffn_dim=1536),
+}
+
+
+@dataclass(frozen=True)
+class EffortPreset:
+    """How hard the sampler works: a lower threshold unmasks more tokens per step (faster, riskier)."""
+
+    threshold: float  # Fast-dLLM confidence threshold tau
+    block_size: int  # semi-autoregressive block length
+
+
+@dataclass
+class InferenceConfig:
+    efforts: dict[str, EffortPreset] = field(
+        default_factory=lambda: {
+            "instant": EffortPreset(threshold=0.5, block_size=32),
+            "low": EffortPreset(threshold=0.7, block_size=32),
+            "medium": EffortPreset(threshold=0.9, block_size=32),
+            "high": EffortPreset(threshold=0.99, block_size=16),
+        }
+    )
+    default_effort: str = "medium"
+    fim_max_tokens: int = 64  # canvas length when a request names no max_tokens
+    edit_slack_tokens: int = 32  # extra canvas beyond the region's own length for a rewrite
+    score_aggregate: str = "mean"  # how per-token confidences become one suggestion score
+    selectivity_threshold: float = 0.0  # edits scoring below this are suppressed (tuned by replay)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> InferenceConfig:
+        d = dict(d)
+        if "efforts" in d:
+            d["efforts"] = {k: EffortPreset(**v) for k, v in d["efforts"].items()}
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})

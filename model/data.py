@@ -1,0 +1,274 @@
+"""Training data: corpora, the three task builders, and fixed-length rows on disk.
+
+Design decisions:
+- Every training row is ``[context | canvas]`` with a per-row context length and sequence length,
+  exactly the layout the sampler sees at inference (see transformer.py). Three tasks fill rows:
+  (a) plain code windows (context 0: the whole row is canvas),
+  (b) FIM: ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then the middle padded with end-of-text
+      tokens to a random canvas length, so the model learns where a variable-length infill ends,
+  (c) next edit: the Inception prompt (model/prompt.py, the very layout ``/v1/edit/completions`` gets)
+      then ``<|rewrite|>`` and the rewritten region padded with end-of-text. A share of examples ask
+      about regions no remaining hunk touches: their answer is the region unchanged.
+- FIM middles are cut at line granularity most of the time (a whole line, a few lines, or the rest
+  of a line from a mid-line cursor): that is what inline completion asks for.
+- Rows are written to a ``uint16`` memmap (vocab < 65,536) plus two small index arrays, so training
+  reads batches without Python work per token and several runs can share one corpus build.
+- Whole repositories are held out for validation (HELD_OUT_REPOS); their packages are also skipped
+  when site-packages is scanned so held-out code never leaks into training.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import random
+import sysconfig
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from model.prompt import EditPrompt, build_prompt, unified_diff
+from model.tokenizer import Tokenizer
+
+HELD_OUT_REPOS = ("pallets+click", "jd+tenacity", "more-itertools+more-itertools", "spf13+cobra")
+HELD_OUT_PACKAGES = ("click", "tenacity", "more_itertools", "cobra")
+LANG_EXTS = {".py": "python", ".js": "javascript", ".ts": "typescript", ".go": "go", ".rs": "rust"}
+MAX_FILE_BYTES = 200_000
+
+
+def python_source_files(roots: list[Path] | None = None) -> list[Path]:
+    """Python files of the stdlib and site-packages (minus held-out packages and tests of big data)."""
+    if roots is None:
+        paths = sysconfig.get_paths()
+        roots = sorted({Path(paths["stdlib"]), Path(paths["purelib"]), Path(paths["platlib"])})
+    out: list[Path] = []
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d not in HELD_OUT_PACKAGES and not d.startswith(".")]
+            for f in filenames:
+                p = Path(dirpath) / f
+                if f.endswith(".py") and p.stat().st_size < MAX_FILE_BYTES:
+                    out.append(p)
+    return sorted(set(out))
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    return text if text.strip() else None
+
+
+def edit_record_files(edits_dir: Path, held_out: bool) -> list[Path]:
+    files = sorted(edits_dir.glob("*.jsonl.xz"))
+    return [f for f in files if (f.name.removesuffix(".jsonl.xz") in HELD_OUT_REPOS) == held_out]
+
+
+def iter_records(files: list[Path]) -> Iterator[dict]:
+    for f in files:
+        with lzma.open(f, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                yield json.loads(line)
+
+
+def apply_hunks(lines: list[str], hunks: list) -> list[str]:
+    """Apply ``[start, length, new_text]`` hunks (file order, original coordinates) to lines."""
+    out = list(lines)
+    for start, length, new_text in sorted(hunks, key=lambda h: h[0], reverse=True):
+        out[start : start + length] = new_text.splitlines(keepends=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    ids: list[int]
+    context_len: int  # tokens [0, context_len) are never masked
+
+
+class RowBuilder:
+    """Turns texts and edit records into rows of at most ``seq_len`` tokens."""
+
+    def __init__(self, tok: Tokenizer, seq_len: int, rng: random.Random):
+        self.tok, self.L, self.rng = tok, seq_len, rng
+
+    def _canvas(self, target: list[int], max_extra: int) -> list[int]:
+        # pad with end-of-text: the model learns to close a variable-length answer (LLaDA-style)
+        return target + [self.tok.eot_id] * (1 + self.rng.randint(0, max_extra))
+
+    def plain(self, ids: list[int]) -> Row:
+        return Row(ids[: self.L], 0)
+
+    def fim(self, text: str) -> Row | None:
+        lines = text.splitlines(keepends=True)
+        if len(lines) < 3:
+            return None
+        r = self.rng.random()
+        i = self.rng.randrange(len(lines))
+        if r < 0.5:  # one whole line
+            pre, mid, suf = "".join(lines[:i]), lines[i], "".join(lines[i + 1 :])
+        elif r < 0.75:  # a few lines
+            j = min(len(lines), i + self.rng.randint(2, 6))
+            pre, mid, suf = "".join(lines[:i]), "".join(lines[i:j]), "".join(lines[j:])
+        else:  # cursor inside a line: the rest of the line (sometimes the next lines too)
+            line = lines[i]
+            cut = self.rng.randint(0, max(0, len(line.rstrip("\n")) - 1))
+            j = i + 1 if self.rng.random() < 0.7 else min(len(lines), i + self.rng.randint(2, 4))
+            pre = "".join(lines[:i]) + line[:cut]
+            mid = line[cut:] + "".join(lines[i + 1 : j])
+            suf = "".join(lines[j:])
+        if not mid.strip():
+            return None
+        mid_ids = self.tok.encode(mid)
+        if len(mid_ids) > 96:
+            return None
+        canvas = self._canvas(mid_ids, 48)
+        budget = self.L - len(canvas) - 3
+        pre_ids, suf_ids = self.tok.encode(pre[-budget * 8 :]), self.tok.encode(suf[: budget * 8])
+        n_suf = min(len(suf_ids), max(budget // 4, budget - len(pre_ids)))
+        n_pre = min(len(pre_ids), budget - n_suf)
+        pre_ids = pre_ids[len(pre_ids) - n_pre :]
+        t = self.tok
+        ctx = [t.fim_prefix_id, *pre_ids, t.fim_suffix_id, *suf_ids[:n_suf], t.fim_middle_id]
+        return Row(ctx + canvas, len(ctx))
+
+    def edit(self, rec: dict) -> Row | None:
+        """A next-edit example from a commit record: first k hunks are history, hunk k is the answer."""
+        hunks, rng = rec["hunks"], self.rng
+        if not hunks or len(hunks) > 40:
+            return None
+        lines = rec["before"].splitlines(keepends=True)
+        k = rng.randrange(len(hunks) + (1 if len(hunks) > 1 else 0))  # k == len: nothing left to do
+        done, rest = hunks[:k], hunks[k:]
+        # state after the first k hunks; track how later hunks' line numbers shift
+        state, shift = list(lines), 0
+        history = []
+        for start, length, new_text in done:
+            before = "".join(state)
+            new_lines = new_text.splitlines(keepends=True)
+            state[start + shift : start + shift + length] = new_lines
+            history.append(unified_diff(rec["path"], before, "".join(state)))
+            shift += len(new_lines) - length
+        negative = not rest or rng.random() < 0.2
+        if negative:
+            anchor = (done[-1][0] + shift) if done and rng.random() < 0.5 else rng.randrange(max(1, len(state)))
+            target_hunk = None
+        else:
+            target_hunk = rest[0]
+            anchor = target_hunk[0] + shift
+        lo = max(0, anchor - rng.randint(0, 6))
+        hi = min(len(state), anchor + (target_hunk[1] if target_hunk else 0) + rng.randint(1, 8))
+        if target_hunk is None:
+            # an unchanged answer must really be unchanged: no remaining hunk may touch the region
+            if any(h[0] + shift < hi and h[0] + shift + max(h[1], 1) > lo for h in rest):
+                return None
+            new_region = "".join(state[lo:hi])
+        else:
+            start, length, new_text = target_hunk
+            if start + shift + length > hi:
+                return None
+            piece = list(state)
+            piece[start + shift : start + shift + length] = new_text.splitlines(keepends=True)
+            new_region = "".join(piece[lo : hi + len(new_text.splitlines()) - length])
+        region = "".join(state[lo:hi])
+        if not region.strip() or len(region) > 3000:
+            return None
+        cursor = 0
+        if done and lo <= done[-1][0] + shift < hi:
+            cursor = sum(len(x) for x in state[lo : done[-1][0] + shift])
+        elif region:
+            cursor = rng.randrange(len(region))
+        above, below = "".join(state[max(0, lo - 40) : lo]), "".join(state[hi : hi + 40])
+        prompt = EditPrompt(rec["path"], above, region, cursor, below, [], "".join(history[-3:]))
+        target = self.tok.encode(new_region)
+        canvas = self._canvas(target, 32)
+        ctx = self.tok.encode(build_prompt(prompt)) + [self.tok.rewrite_id]
+        if len(ctx) + len(canvas) > self.L:
+            # shrink the file context around the region until it fits, or give up
+            for keep in (16, 6, 0):
+                prompt.above = "".join(state[max(0, lo - keep) : lo])
+                prompt.below = "".join(state[hi : hi + keep])
+                prompt.history = "".join(history[-1:]) if keep < 16 else prompt.history
+                ctx = self.tok.encode(build_prompt(prompt)) + [self.tok.rewrite_id]
+                if len(ctx) + len(canvas) <= self.L:
+                    break
+            else:
+                return None
+        return Row(ctx + canvas, len(ctx))
+
+
+# ---------------------------------------------------------------------------------------------
+class RowStore:
+    """Rows on disk: ``ids.u16`` [N, L] (padded with end-of-text), ``meta.npy`` [N, 2] (ctx, len)."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        info = json.loads((self.dir / "info.json").read_text())
+        self.L, self.n = info["seq_len"], info["rows"]
+        self.ids = np.memmap(self.dir / "ids.u16", dtype=np.uint16, mode="r", shape=(self.n, self.L))
+        self.meta = np.load(self.dir / "meta.npy")
+
+    @staticmethod
+    def write(
+        directory: Path, rows: Iterable[Row], n: int, seq_len: int, pad_id: int, info: dict | None = None
+    ) -> None:
+        """Stream ``n`` rows to disk (rows are never all held in memory)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        arr = np.memmap(directory / "ids.u16", dtype=np.uint16, mode="w+", shape=(n, seq_len))
+        meta = np.zeros((n, 2), dtype=np.int32)
+        for i, r in zip(range(n), rows):
+            n = len(r.ids)
+            arr[i, :n] = r.ids
+            arr[i, n:] = pad_id
+            meta[i] = (r.context_len, n)
+        arr.flush()
+        np.save(directory / "meta.npy", meta)
+        (directory / "info.json").write_text(json.dumps({"seq_len": seq_len, "rows": n, **(info or {})}))
+
+
+def code_token_stream(tok: Tokenizer, texts: list[str], rng: random.Random) -> Iterator[int]:
+    """Files joined by ``<|file_sep|>``, in a shuffled order, tokenized in batches."""
+    order = list(range(len(texts)))
+    rng.shuffle(order)
+    for i in range(0, len(order), 256):
+        for ids in tok.encode_batch([texts[j] for j in order[i : i + 256]]):
+            yield from ids
+            yield tok.file_sep_id
+
+
+def build_rows(
+    tok: Tokenizer,
+    code_texts: list[str],
+    records: list[dict],
+    n_rows: int,
+    seq_len: int,
+    seed: int,
+    mix: tuple[float, float, float] = (0.2, 0.55, 0.25),
+) -> Iterator[Row]:
+    """Yield ``n_rows`` rows drawn with the (plain, FIM, edit) mixture ``mix``."""
+    rng = random.Random(seed)
+    b = RowBuilder(tok, seq_len, rng)
+    stream = code_token_stream(tok, code_texts, rng)
+    made = 0
+    while made < n_rows:
+        r = rng.random()
+        row = None
+        if r < mix[0]:
+            chunk = [next(stream, None) for _ in range(seq_len)]
+            if chunk[-1] is None:
+                stream = code_token_stream(tok, code_texts, rng)
+                continue
+            row = b.plain(chunk)  # type: ignore[arg-type]
+        elif r < mix[0] + mix[1] or not records:
+            text = code_texts[rng.randrange(len(code_texts))]
+            row = b.fim(text)
+        else:
+            row = b.edit(records[rng.randrange(len(records))])
+        if row is not None:
+            made += 1
+            yield row

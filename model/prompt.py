@@ -1,0 +1,153 @@
+"""Inception's next-edit prompt layout: build it, and parse it back with clear errors.
+
+Design decisions:
+- One module owns the layout, so training (model/data.py), the HTTP server (parsing what clients send)
+  and the LSP server (building what it sends) cannot drift apart. Pure Python: no torch import.
+- Parsing is tolerant where clients differ (missing optional sections, CRLF, surrounding whitespace)
+  and strict where the request cannot be served: a missing ``<|code_to_edit|>`` region or more than one
+  ``<|cursor|>`` raises ``PromptError`` naming the problem.
+- Section bodies keep their exact text; the region's text is what the model rewrites, so the newline
+  conventions around tags are fixed here: each tag sits on its own line.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+RV_OPEN, RV_CLOSE = "<|recently_viewed_code_snippets|>", "<|/recently_viewed_code_snippets|>"
+SNIP_OPEN, SNIP_CLOSE = "<|recently_viewed_code_snippet|>", "<|/recently_viewed_code_snippet|>"
+CUR_OPEN, CUR_CLOSE = "<|current_file_content|>", "<|/current_file_content|>"
+EDIT_OPEN, EDIT_CLOSE = "<|code_to_edit|>", "<|/code_to_edit|>"
+CURSOR = "<|cursor|>"
+HIST_OPEN, HIST_CLOSE = "<|edit_diff_history|>", "<|/edit_diff_history|>"
+SNIPPET_PATH = "code_snippet_file_path: "
+CURRENT_PATH = "current_file_path: "
+
+
+class PromptError(ValueError):
+    """A next-edit prompt that cannot be served; the message names the problem."""
+
+
+@dataclass
+class Snippet:
+    path: str
+    code: str
+
+
+@dataclass
+class EditPrompt:
+    file_path: str
+    above: str  # file text before the editable region (ends with a newline or is empty)
+    region: str  # editable region *without* the cursor tag
+    cursor: int  # character offset of the cursor inside ``region``
+    below: str  # file text after the region
+    snippets: list[Snippet] = field(default_factory=list)
+    history: str = ""  # unified diffs, oldest first
+
+    @property
+    def region_with_cursor(self) -> str:
+        return self.region[: self.cursor] + CURSOR + self.region[self.cursor :]
+
+
+def _block(text: str) -> str:
+    """A section body on its own lines: empty stays empty, otherwise ends with exactly one newline."""
+    if not text:
+        return ""
+    return text if text.endswith("\n") else text + "\n"
+
+
+def build_prompt(p: EditPrompt) -> str:
+    parts = [RV_OPEN + "\n"]
+    for s in p.snippets:
+        parts.append(f"{SNIP_OPEN}\n{SNIPPET_PATH}{s.path}\n{_block(s.code)}{SNIP_CLOSE}\n")
+    parts.append(RV_CLOSE + "\n\n")
+    parts.append(f"{CUR_OPEN}\n{CURRENT_PATH}{p.file_path}\n{_block(p.above)}")
+    parts.append(f"{EDIT_OPEN}\n{_block(p.region_with_cursor)}{EDIT_CLOSE}\n{_block(p.below)}{CUR_CLOSE}\n\n")
+    parts.append(f"{HIST_OPEN}\n{_block(p.history)}{HIST_CLOSE}")
+    return "".join(parts)
+
+
+def _between(text: str, open_tag: str, close_tag: str, *, required: bool) -> str | None:
+    start = text.find(open_tag)
+    if start < 0:
+        if required:
+            raise PromptError(f"prompt is missing the {open_tag} section")
+        return None
+    if text.find(open_tag, start + 1) >= 0:
+        raise PromptError(f"prompt has more than one {open_tag} tag")
+    end = text.find(close_tag, start)
+    if end < 0:
+        raise PromptError(f"prompt has {open_tag} without its closing {close_tag}")
+    return text[start + len(open_tag) : end]
+
+
+def _strip_one_newline(s: str) -> str:
+    return s[1:] if s.startswith("\n") else s
+
+
+def parse_prompt(text: str) -> EditPrompt:
+    if not isinstance(text, str) or not text.strip():
+        raise PromptError("prompt is empty")
+    text = text.replace("\r\n", "\n")
+    current = _between(text, CUR_OPEN, CUR_CLOSE, required=False)
+    body = current if current is not None else text
+    if EDIT_OPEN not in body:
+        raise PromptError(f"prompt is missing the {EDIT_OPEN} region")
+    n_cursors = body.count(CURSOR)
+    if n_cursors > 1:
+        raise PromptError(f"prompt has {n_cursors} {CURSOR} tags; exactly one is allowed")
+    body = _strip_one_newline(body)
+    file_path = ""
+    if body.startswith(CURRENT_PATH):
+        line_end = body.find("\n")
+        line_end = len(body) if line_end < 0 else line_end
+        file_path = body[len(CURRENT_PATH) : line_end].strip()
+        body = body[line_end + 1 :]
+    region_raw = _between(body, EDIT_OPEN, EDIT_CLOSE, required=True)
+    assert region_raw is not None
+    above = body[: body.find(EDIT_OPEN)]
+    below = _strip_one_newline(body[body.find(EDIT_CLOSE) + len(EDIT_CLOSE) :])
+    region_raw = _strip_one_newline(region_raw)
+    if CURSOR in region_raw:
+        cursor = region_raw.find(CURSOR)
+        region = region_raw.replace(CURSOR, "", 1)
+    elif n_cursors == 1:
+        raise PromptError(f"the {CURSOR} tag must lie inside the {EDIT_OPEN} region")
+    else:
+        cursor, region = 0, region_raw
+    snippets = []
+    rv = _between(text, RV_OPEN, RV_CLOSE, required=False) or ""
+    for chunk in rv.split(SNIP_OPEN)[1:]:
+        end = chunk.find(SNIP_CLOSE)
+        if end < 0:
+            raise PromptError(f"{SNIP_OPEN} without its closing {SNIP_CLOSE}")
+        chunk = _strip_one_newline(chunk[:end])
+        path = ""
+        if chunk.startswith(SNIPPET_PATH):
+            nl = chunk.find("\n")
+            nl = len(chunk) if nl < 0 else nl
+            path, chunk = chunk[len(SNIPPET_PATH) : nl].strip(), chunk[nl + 1 :]
+        snippets.append(Snippet(path, chunk))
+    history = _strip_one_newline(_between(text, HIST_OPEN, HIST_CLOSE, required=False) or "")
+    return EditPrompt(file_path, above, region, cursor, below, snippets, history)
+
+
+def unified_diff(path: str, before: str, after: str, context: int = 3) -> str:
+    """One edit-history entry in the ``--- PATH / +++ PATH / @@`` form the prompt carries."""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=path,
+        tofile=path,
+        n=context,
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n")
+    return "".join(out)
+
+
+def format_edit_response(region: str) -> str:
+    """The assistant message content Inception clients expect: the region inside a code fence."""
+    return "```\n" + region + ("" if region.endswith("\n") or not region else "\n") + "```"

@@ -1,0 +1,213 @@
+"""The parallel denoising sampler: one loop, with pluggable cache policy and unmasking rule.
+
+The reverse process of masked diffusion starts from a canvas of ``<|mask|>`` tokens and, at every
+step, predicts all masked tokens at once, keeping (unmasking) some of them (LLaDA, Nie et al. 2025,
+Alg. 2 with low-confidence remasking). Design decisions:
+- Semi-autoregressive blocks: the canvas is decoded block by block, left to right; inside a block
+  tokens are unmasked in parallel. Later blocks stay masked while an earlier one is decoded.
+- Unmasking rule (``UnmaskRule``): ``ThresholdRule`` is Fast-dLLM's confidence-aware parallel
+  decoding (Wu et al. 2025, Eq. 4): every masked token of the active block whose confidence
+  p(x_i) >= tau is committed in the same step, and at least the single most confident one, so every
+  step makes progress. ``TopKRule(1)`` is the one-token-per-step baseline.
+- Cache policy (``CachePolicy``): ``ContextCache`` runs the context once and reuses its keys/values at
+  every step (exact, because the model's context never attends to the canvas; transformer.py).
+  ``NoCache`` recomputes the whole sequence every step; it exists to test that the cache is exact.
+- End-of-text: once a row commits ``<|endoftext|>`` at position j, positions after j are set to
+  end-of-text (training pads every answer with end-of-text to the canvas end, so nothing else can
+  follow), and the row is finished: decoding stops early when every row is finished.
+- Committed tokens are never re-masked or changed; the mask token and layout tags are never proposed.
+- Pure with respect to randomness: sampling (temperature > 0) draws only from the explicit
+  ``torch.Generator``; greedy decoding draws nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from model import ops
+from model.transformer import KVCache, Transformer
+
+
+# ---- unmasking rules ---------------------------------------------------------------------------
+class UnmaskRule(Protocol):
+    def select(self, conf: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """conf, active [B, n] (active = still masked) -> bool [B, n] of positions to commit."""
+        ...
+
+
+def _top_k_mask(conf: torch.Tensor, active: torch.Tensor, k: int) -> torch.Tensor:
+    scores = conf.masked_fill(~active, -1.0)  # [B, n]
+    k = min(k, scores.shape[1])
+    top = scores.topk(k, dim=1).indices  # [B, k]
+    chosen = torch.zeros_like(active).scatter_(1, top, True)
+    return chosen & active
+
+
+@dataclass(frozen=True)
+class ThresholdRule:
+    threshold: float
+
+    def select(self, conf: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        return ((conf >= self.threshold) & active) | _top_k_mask(conf, active, 1)
+
+
+@dataclass(frozen=True)
+class TopKRule:
+    k: int = 1
+
+    def select(self, conf: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        return _top_k_mask(conf, active, self.k)
+
+
+# ---- cache policies ----------------------------------------------------------------------------
+class CachePolicy(Protocol):
+    def prepare(self, model: Transformer, context: torch.Tensor, lengths: torch.Tensor) -> object: ...
+
+    def logits(self, model: Transformer, state: object, canvas: torch.Tensor) -> torch.Tensor: ...
+
+
+class ContextCache:
+    """Context keys/values computed once per request; each step runs only the canvas."""
+
+    def prepare(self, model: Transformer, context: torch.Tensor, lengths: torch.Tensor) -> KVCache:
+        return model.encode_context(context, lengths)
+
+    def logits(self, model: Transformer, state: object, canvas: torch.Tensor) -> torch.Tensor:
+        assert isinstance(state, KVCache)
+        return model.forward_canvas(canvas, state)
+
+
+class NoCache:
+    """Recompute context and canvas every step (reference for the cache's exactness)."""
+
+    def prepare(self, model: Transformer, context: torch.Tensor, lengths: torch.Tensor) -> object:
+        if not bool((lengths == context.shape[1]).all()):
+            raise ValueError("NoCache needs rows of equal context length")
+        return context
+
+    @torch.no_grad()
+    def logits(self, model: Transformer, state: object, canvas: torch.Tensor) -> torch.Tensor:
+        assert isinstance(state, torch.Tensor)
+        ids = torch.cat([state, canvas], dim=1)
+        ctx = torch.full((ids.shape[0],), state.shape[1], device=ids.device)
+        return model(ids, context_lens=ctx)[:, state.shape[1] :]
+
+
+# ---- the loop ----------------------------------------------------------------------------------
+@dataclass
+class SampleResult:
+    tokens: torch.Tensor  # [B, N]; end-of-text after each row's answer
+    confidences: torch.Tensor  # [B, N]; probability of each token when it was committed
+    lengths: torch.Tensor  # [B]; tokens before the first end-of-text
+    steps: int  # denoising steps (model calls over the canvas)
+    model_calls: int  # steps plus the context pass
+    finished: torch.Tensor  # [B] bool; True when the row reached end-of-text
+    cancelled: bool = False
+    canvases: list[torch.Tensor] = field(default_factory=list)  # every intermediate canvas, if recorded
+
+
+def choose_tokens(
+    logits: torch.Tensor,  # [B, n, V]
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    penalty: torch.Tensor | None = None,  # [B, V] subtracted from logits
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token and its probability per position: greedy (argmax, softmax max) or tempered top-p sampling."""
+    B, n, V = logits.shape
+    logits = logits.float()
+    if penalty is not None:
+        logits = logits - penalty[:, None, :]
+    if temperature <= 0:
+        tok, conf = ops.token_confidence(logits.reshape(B * n, V))
+        return tok.view(B, n), conf.view(B, n)
+    probs = torch.softmax(logits / temperature, dim=-1)  # [B, n, V]
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # always keeps the top token
+        sorted_p = sorted_p * keep
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+        probs = probs / probs.sum(-1, keepdim=True)
+    tok = torch.multinomial(probs.view(B * n, V), 1, generator=generator).view(B, n)
+    return tok, probs.gather(-1, tok[..., None]).squeeze(-1)
+
+
+@torch.no_grad()
+def denoise(
+    model: Transformer,
+    context: torch.Tensor,  # [B, Lc] right-padded
+    context_lens: torch.Tensor,  # [B]
+    canvas_len: int,
+    *,
+    mask_id: int,
+    eot_id: int,
+    block_size: int = 32,
+    rule: UnmaskRule = ThresholdRule(0.9),
+    cache: CachePolicy | None = None,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    presence_penalty: float = 0.0,
+    suppress_ids: list[int] | None = None,
+    generator: torch.Generator | None = None,
+    record: bool = False,
+    on_step: Callable[[torch.Tensor], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> SampleResult:
+    cache = cache or ContextCache()
+    B, N, dev = context.shape[0], canvas_len, context.device
+    V = model.cfg.vocab_size
+    canvas = torch.full((B, N), mask_id, dtype=torch.long, device=dev)  # [B, N]
+    fixed = torch.zeros((B, N), dtype=torch.bool, device=dev)
+    conf_out = torch.zeros((B, N), dtype=torch.float32, device=dev)
+    state = cache.prepare(model, context, context_lens)
+    steps, canvases, cancelled = 0, [], False
+    pos = torch.arange(N, device=dev)
+    # never propose the mask token or layout tags: [V] additive bias, -inf on suppressed ids
+    bias = torch.zeros(V, device=dev)
+    bias[[mask_id, *(suppress_ids or [])]] = float("-inf")
+    for start in range(0, N, block_size):
+        blk = slice(start, min(N, start + block_size))
+        while True:
+            active = ~fixed[:, blk]  # [B, n]
+            if not bool(active.any()):
+                break
+            if should_stop is not None and should_stop():
+                cancelled = True
+                break
+            penalty = -bias.expand(B, V)
+            if presence_penalty:
+                seen = torch.zeros((B, V), device=dev)
+                seen.scatter_(1, torch.where(fixed, canvas, eot_id), 1.0)  # tokens already committed
+                seen[:, eot_id] = 0.0
+                penalty = penalty + seen * presence_penalty
+            logits = cache.logits(model, state, canvas)[:, blk]  # [B, n, V]
+            steps += 1
+            tok, conf = choose_tokens(logits, temperature, top_p, generator, penalty)
+            commit = rule.select(conf, active)  # [B, n]
+            canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])
+            conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])
+            fixed[:, blk] |= commit
+            # end-of-text: everything after a committed end-of-text is end-of-text too
+            is_eot = fixed & (canvas == eot_id)  # [B, N]
+            first = torch.where(is_eot, pos, N).min(dim=1).values  # [B]
+            tail = pos[None, :] > first[:, None]
+            fill = tail & ~fixed
+            canvas[fill] = eot_id
+            conf_out[fill] = 1.0
+            fixed |= tail
+            if record:
+                canvases.append(canvas.clone())
+            if on_step is not None:
+                on_step(canvas)
+        if cancelled:
+            break
+        finished = (fixed & (canvas == eot_id)).any(dim=1)
+        if bool(finished.all()):
+            break
+    is_eot = fixed & (canvas == eot_id)
+    lengths = torch.where(is_eot, pos, N).min(dim=1).values
+    return SampleResult(canvas, conf_out, lengths, steps, steps + 1, is_eot.any(dim=1), cancelled, canvases)

@@ -1,0 +1,44 @@
+"""Aggregates of per-token confidences into one suggestion score (the selectivity signal).
+
+Design decisions:
+- A registry of pure functions keyed by name; the checkpoint's ``score_aggregate`` names one, and
+  the replay harness compares them by measurement before choosing.
+- Scores lie in [0, 1]; an empty answer scores 1 (nothing uncertain was proposed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+
+def _mean(c: Sequence[float]) -> float:
+    return sum(c) / len(c)
+
+
+def _geomean(c: Sequence[float]) -> float:
+    return math.exp(sum(math.log(max(x, 1e-9)) for x in c) / len(c))
+
+
+def _min(c: Sequence[float]) -> float:
+    return min(c)
+
+
+def _tail_mean(c: Sequence[float]) -> float:
+    """Mean of the least confident quarter: sensitive to a few doubtful tokens, robust to one."""
+    k = max(1, len(c) // 4)
+    return sum(sorted(c)[:k]) / k
+
+
+AGGREGATES: dict[str, Callable[[Sequence[float]], float]] = {
+    "mean": _mean,
+    "geomean": _geomean,
+    "min": _min,
+    "tail_mean": _tail_mean,
+}
+
+
+def aggregate(confidences: Sequence[float], how: str = "mean") -> float:
+    if how not in AGGREGATES:
+        raise ValueError(f"unknown score aggregate {how!r}; choose from {sorted(AGGREGATES)}")
+    return AGGREGATES[how](confidences) if len(confidences) else 1.0

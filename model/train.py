@@ -1,0 +1,216 @@
+"""The training recipe: build the corpus, train with the masked-diffusion loss, resume, fine-tune.
+
+Design decisions:
+- ``prepare`` tokenizes once into a RowStore (model/data.py); ``train`` only reads rows, so a run can
+  be stopped and resumed (``state.pt`` holds weights, optimizer, step and RNG) at no cost.
+- bf16 autocast on CPU (AVX-512 BF16) and CUDA; master weights and optimizer state stay fp32.
+- AdamW with a warmup-stable-decay schedule: linear warm-up, constant LR, and a linear decay to 10%
+  from ``decay_start`` to ``steps``. A long run stays in the stable phase and can be extended on
+  resume; a shipped checkpoint is a short decay branch forked from its state (``--decay-start``).
+- Every ``eval_every`` steps: loss on held-out rows (fixed masking seed, so values are comparable
+  across the run) and a checkpoint directory a server can load (``<run>/checkpoint``).
+- Logs are JSON lines in ``<run>/train.log.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model.checkpoint import load_checkpoint, save_checkpoint
+from model.config import PRESETS, InferenceConfig, ModelConfig
+from model.data import (
+    RowStore,
+    build_rows,
+    edit_record_files,
+    iter_records,
+    python_source_files,
+    read_text,
+)
+from model.diffusion import diffusion_loss
+from model.tokenizer import Tokenizer, train_tokenizer
+from model.transformer import Transformer
+
+
+@dataclass
+class TrainConfig:
+    run_dir: Path
+    data_dir: Path
+    preset: str = "small"
+    steps: int = 20000
+    batch_size: int = 16
+    lr: float = 1.5e-3
+    weight_decay: float = 0.1
+    warmup: int = 200
+    decay_start: int | None = None  # None: no decay (stable phase throughout)
+    eval_every: int = 250
+    device: str = "cpu"
+    threads: int = 0  # 0 = torch default
+    seed: int = 0
+    init_from: Path | None = None  # start from a checkpoint directory (fine-tuning)
+
+
+def prepare(
+    data_dir: Path,
+    edits_dir: Path | None,
+    n_train: int = 200_000,
+    n_val: int = 2_000,
+    seq_len: int = 512,
+    vocab_size: int = 8192,
+    seed: int = 0,
+    tokenizer_path: Path | None = None,
+    code_files: list[Path] | None = None,
+    max_records: int | None = None,
+    extra_records: list[dict] | None = None,
+) -> None:
+    """Tokenizer + train/val rows from local Python source and the commit-edit records."""
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    files = code_files if code_files is not None else python_source_files()
+    texts = [t for t in (read_text(p) for p in files) if t]
+    train_recs: list[dict] = []
+    val_recs: list[dict] = []
+    if edits_dir is not None and Path(edits_dir).is_dir():
+        train_recs = list(iter_records(edit_record_files(Path(edits_dir), held_out=False)))
+        val_recs = list(iter_records(edit_record_files(Path(edits_dir), held_out=True)))
+        if max_records:
+            random.Random(seed).shuffle(train_recs)
+            train_recs = train_recs[:max_records]
+    if extra_records:
+        # a user's own repository: hold out every tenth commit for validation
+        for r in extra_records:
+            (val_recs if int(r["sha"][:8], 16) % 10 == 0 else train_recs).append(r)
+    # files as they were before each commit add Go/Rust/JS/TS code to the plain and FIM tasks
+    seen: set[tuple[str, str]] = set()
+    for r in train_recs:
+        if (r["repo"], r["path"]) not in seen:
+            seen.add((r["repo"], r["path"]))
+            texts.append(r["before"])
+    if tokenizer_path is not None:
+        tok = Tokenizer.load(tokenizer_path)
+    else:
+        sample = random.Random(seed).sample(texts, min(len(texts), 20000))
+        tok = train_tokenizer(sample, vocab_size=vocab_size)
+    tok.save(data_dir / "tokenizer.json")
+    val_texts = [r["before"] for r in val_recs[:3000]]
+    if val_texts or val_recs:
+        val_rows = build_rows(tok, val_texts or texts[:200], val_recs, n_val, seq_len, seed + 1)
+        RowStore.write(data_dir / "val", val_rows, n_val, seq_len, tok.eot_id)
+    train_rows = build_rows(tok, texts, train_recs, n_train, seq_len, seed)
+    RowStore.write(data_dir / "train", train_rows, n_train, seq_len, tok.eot_id, {"files": len(texts)})
+
+
+def _batch(store: RowStore, idx: np.ndarray, device: str):
+    ids = torch.from_numpy(store.ids[idx].astype(np.int64)).to(device)
+    meta = torch.from_numpy(store.meta[idx]).to(device)
+    return ids, meta[:, 0].long(), meta[:, 1].long()
+
+
+def _lr(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    if cfg.decay_start is None or step < cfg.decay_start:
+        return cfg.lr
+    p = min(1.0, (step - cfg.decay_start) / max(1, cfg.steps - cfg.decay_start))
+    return cfg.lr * (1.0 - 0.9 * p)
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, store: RowStore, mask_id: int, device: str, n: int = 256) -> dict:
+    """Held-out diffusion loss, split by task (plain: context 0; conditional: FIM and edit rows)."""
+    model.eval()
+    g = torch.Generator().manual_seed(1234)
+    idx = np.arange(min(n, store.n))
+    out = {"val_loss": 0.0, "val_ce": 0.0}
+    batches = 0
+    for s in range(0, len(idx), 32):
+        ids, ctx, lens = _batch(store, idx[s : s + 32], device)
+        with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16):
+            loss, stats = diffusion_loss(model, ids, ctx, lens, mask_id, g)
+        out["val_loss"] += float(loss)
+        out["val_ce"] += stats["ce"]
+        batches += 1
+    model.train()
+    return {k: v / max(1, batches) for k, v in out.items()}
+
+
+def train(cfg: TrainConfig) -> Path:
+    run = Path(cfg.run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    data = RowStore(Path(cfg.data_dir) / "train")
+    val = RowStore(Path(cfg.data_dir) / "val") if (Path(cfg.data_dir) / "val").is_dir() else None
+    tok = Tokenizer.load(Path(cfg.data_dir) / "tokenizer.json")
+    inference = InferenceConfig()
+    if cfg.init_from is not None:
+        ck = load_checkpoint(cfg.init_from)
+        model, inference = ck.model.train(), ck.inference
+        if ck.tokenizer.vocab_size != tok.vocab_size:
+            raise ValueError("fine-tuning data must be tokenized with the checkpoint's tokenizer")
+    else:
+        mcfg = PRESETS[cfg.preset]
+        model = Transformer(ModelConfig.from_dict({**mcfg.to_dict(), "vocab_size": tok.vocab_size}))
+    model.to(cfg.device).train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+    step, gen = 0, torch.Generator().manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    state_path = run / "state.pt"
+    if state_path.exists():
+        st = torch.load(state_path, map_location=cfg.device, weights_only=False)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        step = st["step"]
+        gen.set_state(st["gen"])
+        rng = np.random.default_rng(st["rng_seed"] + step)
+    log = (run / "train.log.jsonl").open("a")
+    log.write(json.dumps({"event": "start", "step": step, "params": model.num_parameters(), **{
+        k: str(v) for k, v in vars(cfg).items()}}) + "\n")
+    log.flush()
+    dev_type = cfg.device.split(":")[0]
+    t0, toks = time.time(), 0
+    while step < cfg.steps:
+        idx = np.sort(rng.integers(0, data.n, cfg.batch_size))
+        ids, ctx, lens = _batch(data, idx, cfg.device)
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, cfg)
+        with torch.autocast(device_type=dev_type, dtype=torch.bfloat16):
+            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        toks += int(lens.sum())
+        if step % 25 == 0:
+            dt = time.time() - t0
+            log.write(json.dumps({"step": step, "loss": round(float(loss), 4), "ce": round(stats["ce"], 4),
+                                  "gnorm": round(float(gnorm), 3), "lr": _lr(step, cfg),
+                                  "tok_s": round(toks / dt, 1)}) + "\n")
+            log.flush()
+            t0, toks = time.time(), 0
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            rec = {"step": step, "event": "eval"}
+            if val is not None:
+                rec.update(evaluate(model, val, tok.mask_id, cfg.device))
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                        "gen": gen.get_state(), "rng_seed": cfg.seed}, state_path.with_suffix(".tmp"))
+            state_path.with_suffix(".tmp").replace(state_path)
+            save_checkpoint(run / "checkpoint", model, tok, inference,
+                            {"step": step, "preset": cfg.preset, "recipe": "model.train"})
+    log.close()
+    return run / "checkpoint"

@@ -1,0 +1,218 @@
+"""Bidirectional Qwen2/LLaMA-style transformer for masked diffusion.
+
+Design decisions:
+- RMSNorm, rotary positions, SwiGLU, grouped-query attention; no causal mask.
+- *Context-isolated attention.* A sequence is ``[context | canvas]``. Context tokens attend only to
+  context; canvas tokens attend to everything. Training uses the same rule (a boolean mask built from
+  per-row context lengths), so at inference the context's keys/values are computed once and are
+  *exactly* what a full forward would give at every denoising step: caching them is lossless, unlike
+  Fast-dLLM's approximate prefix cache. Plain code windows use context length 0 (fully bidirectional).
+- Inference never builds an L x L mask: the context pass is unmasked bidirectional attention (only a
+  key-padding mask for batched rows of unequal length), and the canvas pass attends to
+  ``[cached context ; canvas]`` unmasked. ``scaled_dot_product_attention`` then runs a fused
+  (flash / memory-efficient) kernel, so a 32,768-token context fits in memory.
+- Logits are computed only for the positions asked for (``logits_index``): the vocabulary projection
+  is the most expensive matmul per token in a model this small.
+- Hot-path ops go through ``model.ops``, which dispatches to ``kernels`` (Triton) or PyTorch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model import ops
+from model.config import ModelConfig
+
+
+class ContextTooLongError(ValueError):
+    """Raised when context plus canvas exceed the model's window (never silently truncated)."""
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.rmsnorm(x, self.weight, self.eps)
+
+
+def rope_tables(head_dim: int, positions: torch.Tensor, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin for rotary embedding; positions [B, L] -> tables [B, L, head_dim/2] (float32)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim))
+    angles = positions.float()[..., None] * inv_freq  # [B, L, D/2]
+    return angles.cos(), angles.sin()
+
+
+@dataclass
+class KVCache:
+    """Per-layer keys/values of a fixed context: k, v [B, H_kv, Lc, D]; valid [B, Lc] (False = padding)."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    valid: torch.Tensor  # [B, Lc] bool
+    lengths: torch.Tensor  # [B] number of real context tokens per row
+
+    @property
+    def context_len(self) -> int:
+        return self.valid.shape[1]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv, self.hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * self.hd, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * self.hd, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * self.hd, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * self.hd, cfg.dim, bias=False)
+
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        B, L, _ = x.shape
+        q = self.wq(x).view(B, L, self.n_heads, self.hd)
+        k = self.wk(x).view(B, L, self.n_kv, self.hd)
+        v = self.wv(x).view(B, L, self.n_kv, self.hd)
+        q, k = ops.rotary(q, cos, sin), ops.rotary(k, cos, sin)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, L, D]
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = self.project(x, cos, sin)
+        if past is not None:
+            k_all, v_all = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        else:
+            k_all, v_all = k, v
+        out = ops.attention(q, k_all, v_all, mask)  # [B, H, L, D]
+        B, _, L, _ = out.shape
+        return self.wo(out.transpose(1, 2).reshape(B, L, -1)), k, v
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.w_gate = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.w_up = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.w_down = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_down(ops.swiglu(self.w_gate(x), self.w_up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x, cos, sin, mask, past=None):
+        h, k, v = self.attn(self.attn_norm(x), cos, sin, mask, past)
+        x = x + h
+        return x + self.ffn(self.ffn_norm(x)), k, v
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.apply(self._init)
+
+    def _init(self, m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        w = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(self.norm(h), w)
+
+    def _check_len(self, total: int) -> None:
+        if total > self.cfg.max_seq_len:
+            raise ContextTooLongError(
+                f"input of {total} tokens exceeds the model's context window of {self.cfg.max_seq_len}"
+            )
+
+    # ---- training / full forward ------------------------------------------------------------
+    def forward(
+        self,
+        ids: torch.Tensor,  # [B, L]
+        context_lens: torch.Tensor | None = None,  # [B]; None or all-zero = fully bidirectional
+        seq_lens: torch.Tensor | None = None,  # [B]; keys at or past a row's length are padding
+        logits_index: tuple[torch.Tensor, torch.Tensor] | None = None,  # (rows, cols) to project
+    ) -> torch.Tensor:
+        B, L = ids.shape
+        self._check_len(L)
+        pos = torch.arange(L, device=ids.device).expand(B, L)
+        cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
+        mask = None
+        idx = torch.arange(L, device=ids.device)
+        if context_lens is not None and bool((context_lens > 0).any()):
+            ctx = context_lens[:, None, None]  # [B, 1, 1]
+            # query i sees key j iff i is on the canvas (i >= ctx) or j is in the context (j < ctx)
+            mask = ((idx[None, :, None] >= ctx) | (idx[None, None, :] < ctx))[:, None]  # [B, 1, L, L]
+        if seq_lens is not None and bool((seq_lens < L).any()):
+            keep = (idx[None, :] < seq_lens[:, None])[:, None, None, :]  # [B, 1, 1, L]
+            mask = keep if mask is None else mask & keep
+        x = self.embed(ids)
+        for layer in self.layers:
+            x, _, _ = layer(x, cos, sin, mask)
+        if logits_index is not None:
+            x = x[logits_index]  # [N, dim]
+        return self.logits(x)
+
+    # ---- inference: cached context + canvas steps --------------------------------------------
+    @torch.no_grad()
+    def encode_context(self, ids: torch.Tensor, lengths: torch.Tensor | None = None) -> KVCache:
+        """Run the context once. ids [B, Lc], left-aligned with right padding; lengths [B]."""
+        B, Lc = ids.shape
+        self._check_len(Lc)
+        if lengths is None:
+            lengths = torch.full((B,), Lc, device=ids.device)
+        valid = torch.arange(Lc, device=ids.device)[None, :] < lengths[:, None]  # [B, Lc]
+        mask = None if bool(valid.all()) else valid[:, None, None, :]  # key padding only: [B,1,1,Lc]
+        pos = torch.arange(Lc, device=ids.device).expand(B, Lc)
+        cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
+        x = self.embed(ids)
+        keys, values = [], []
+        for layer in self.layers:
+            x, k, v = layer(x, cos, sin, mask)
+            keys.append(k)
+            values.append(v)
+        return KVCache(keys, values, valid, lengths)
+
+    @torch.no_grad()
+    def forward_canvas(self, canvas: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits [B, N, V] for the canvas [B, N] given a cached context."""
+        B, N = canvas.shape
+        self._check_len(int(cache.lengths.max()) + N)
+        # canvas positions continue right after each row's real context
+        pos = cache.lengths[:, None] + torch.arange(N, device=canvas.device)[None, :]  # [B, N]
+        cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
+        mask = None
+        if not bool(cache.valid.all()):
+            keep = torch.cat([cache.valid, cache.valid.new_ones(B, N)], dim=1)  # [B, Lc+N]
+            mask = keep[:, None, None, :]
+        x = self.embed(canvas)
+        for layer, k, v in zip(self.layers, cache.keys, cache.values):
+            x, _, _ = layer(x, cos, sin, mask, past=(k, v))
+        return self.logits(x)

@@ -1,0 +1,58 @@
+"""Shared fixtures: fixed seeds and a tiny trained-from-scratch checkpoint for fast tests.
+
+The tiny checkpoint (``tiny_checkpoint``) has a real byte-level BPE tokenizer and a real transformer
+of the ``tiny`` preset with random weights: every code path runs, in milliseconds. Tests that need a
+model that writes sensible code use ``shipped_checkpoint`` (the committed default).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from model.checkpoint import DEFAULT_CHECKPOINT
+
+SEED = 1234
+
+CORPUS = [
+    "def add(a, b):\n    return a + b\n",
+    "import os\n\nfor name in os.listdir('.'):\n    print(name)\n",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
+    "function greet(name) {\n  return `hello ${name}`;\n}\n",
+    "package main\n\nfunc main() {\n\tfmt.Println(\"hi\")\n}\n",
+    "fn main() {\n    let v: Vec<i32> = Vec::new();\n}\n",
+] * 20
+
+
+@pytest.fixture(autouse=True)
+def _fixed_seeds():
+    random.seed(SEED)
+    torch.manual_seed(SEED)
+
+
+def make_tiny_checkpoint(directory: Path) -> Path:
+    from model.checkpoint import save_checkpoint
+    from model.config import PRESETS, ModelConfig
+    from model.tokenizer import train_tokenizer
+    from model.transformer import Transformer
+
+    torch.manual_seed(SEED)
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    cfg = ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": tok.vocab_size})
+    save_checkpoint(directory, Transformer(cfg), tok, meta={"note": "tiny random test model"})
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-ckpt"))
+
+
+@pytest.fixture(scope="session")
+def shipped_checkpoint() -> Path:
+    if not (DEFAULT_CHECKPOINT / "model.safetensors").is_file():
+        pytest.skip("no shipped checkpoint in model/checkpoints/default")
+    return DEFAULT_CHECKPOINT
