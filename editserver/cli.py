@@ -1,25 +1,26 @@
 """The ``editserver`` command line.
 
 Design decisions:
-- One subcommand per module (``editserver/commands/*.py``), each exposing ``register(subparsers)``
-  that adds its parser and sets ``func``; heavy imports (torch, uvicorn) happen inside ``func`` so
-  ``editserver --help`` is instant.
+- One subcommand per module (``editserver/commands/*.py``), discovered by name, each exposing
+  ``register(subparsers)`` that adds its parser and sets ``func``; heavy imports (torch, uvicorn)
+  happen inside ``func`` so ``editserver --help`` is instant.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import pkgutil
 import sys
 
-COMMANDS = ["train"]
+from editserver import commands
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="editserver", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
-        importlib.import_module(f"editserver.commands.{name}").register(sub)
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"editserver.commands.{info.name}").register(sub)
     return parser
 
 
