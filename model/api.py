@@ -111,7 +111,13 @@ class Engine:
     # ---- layout --------------------------------------------------------------------------------
     def _fim_context(self, req: FimRequest) -> list[int]:
         t = self.tok
-        return [t.fim_prefix_id, *t.encode(req.prefix), t.fim_suffix_id, *t.encode(req.suffix), t.fim_middle_id]
+        return [
+            t.fim_prefix_id,
+            *t.encode(req.prefix),
+            t.fim_suffix_id,
+            *t.encode(req.suffix),
+            t.fim_middle_id,
+        ]
 
     def _edit_context(self, req: EditRequest) -> tuple[list[int], EditPrompt, int]:
         parsed = parse_prompt(req.prompt)  # raises PromptError on malformed prompts

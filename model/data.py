@@ -128,6 +128,8 @@ class RowBuilder:
             return None
         canvas = self._canvas(mid_ids, 48)
         budget = self.L - len(canvas) - 3
+        if budget < self.L // 4:
+            return None
         pre_ids, suf_ids = self.tok.encode(pre[-budget * 8 :]), self.tok.encode(suf[: budget * 8])
         n_suf = min(len(suf_ids), max(budget // 4, budget - len(pre_ids)))
         n_pre = min(len(pre_ids), budget - n_suf)
@@ -155,7 +157,9 @@ class RowBuilder:
             shift += len(new_lines) - length
         negative = not rest or rng.random() < 0.2
         if negative:
-            anchor = (done[-1][0] + shift) if done and rng.random() < 0.5 else rng.randrange(max(1, len(state)))
+            anchor = (
+                (done[-1][0] + shift) if done and rng.random() < 0.5 else rng.randrange(max(1, len(state)))
+            )
             target_hunk = None
         else:
             target_hunk = rest[0]
@@ -221,11 +225,15 @@ class RowStore:
         directory.mkdir(parents=True, exist_ok=True)
         arr = np.memmap(directory / "ids.u16", dtype=np.uint16, mode="w+", shape=(n, seq_len))
         meta = np.zeros((n, 2), dtype=np.int32)
+        written = 0
         for i, r in zip(range(n), rows):
-            n = len(r.ids)
-            arr[i, :n] = r.ids
-            arr[i, n:] = pad_id
-            meta[i] = (r.context_len, n)
+            k = len(r.ids)
+            arr[i, :k] = r.ids
+            arr[i, k:] = pad_id
+            meta[i] = (r.context_len, k)
+            written += 1
+        if written != n:
+            raise ValueError(f"expected {n} rows, got {written}")
         arr.flush()
         np.save(directory / "meta.npy", meta)
         (directory / "info.json").write_text(json.dumps({"seq_len": seq_len, "rows": n, **(info or {})}))

@@ -176,8 +176,17 @@ def train(cfg: TrainConfig) -> Path:
         gen.set_state(st["gen"])
         rng = np.random.default_rng(st["rng_seed"] + step)
     log = (run / "train.log.jsonl").open("a")
-    log.write(json.dumps({"event": "start", "step": step, "params": model.num_parameters(), **{
-        k: str(v) for k, v in vars(cfg).items()}}) + "\n")
+    log.write(
+        json.dumps(
+            {
+                "event": "start",
+                "step": step,
+                "params": model.num_parameters(),
+                **{k: str(v) for k, v in vars(cfg).items()},
+            }
+        )
+        + "\n"
+    )
     log.flush()
     dev_type = cfg.device.split(":")[0]
     t0, toks = time.time(), 0
@@ -196,9 +205,19 @@ def train(cfg: TrainConfig) -> Path:
         toks += int(lens.sum())
         if step % 25 == 0:
             dt = time.time() - t0
-            log.write(json.dumps({"step": step, "loss": round(float(loss), 4), "ce": round(stats["ce"], 4),
-                                  "gnorm": round(float(gnorm), 3), "lr": _lr(step, cfg),
-                                  "tok_s": round(toks / dt, 1)}) + "\n")
+            log.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "loss": round(float(loss), 4),
+                        "ce": round(stats["ce"], 4),
+                        "gnorm": round(float(gnorm), 3),
+                        "lr": _lr(step, cfg),
+                        "tok_s": round(toks / dt, 1),
+                    }
+                )
+                + "\n"
+            )
             log.flush()
             t0, toks = time.time(), 0
         if step % cfg.eval_every == 0 or step == cfg.steps:
@@ -207,10 +226,23 @@ def train(cfg: TrainConfig) -> Path:
                 rec.update(evaluate(model, val, tok.mask_id, cfg.device))
             log.write(json.dumps(rec) + "\n")
             log.flush()
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                        "gen": gen.get_state(), "rng_seed": cfg.seed}, state_path.with_suffix(".tmp"))
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "opt": opt.state_dict(),
+                    "step": step,
+                    "gen": gen.get_state(),
+                    "rng_seed": cfg.seed,
+                },
+                state_path.with_suffix(".tmp"),
+            )
             state_path.with_suffix(".tmp").replace(state_path)
-            save_checkpoint(run / "checkpoint", model, tok, inference,
-                            {"step": step, "preset": cfg.preset, "recipe": "model.train"})
+            save_checkpoint(
+                run / "checkpoint",
+                model,
+                tok,
+                inference,
+                {"step": step, "preset": cfg.preset, "recipe": "model.train"},
+            )
     log.close()
     return run / "checkpoint"

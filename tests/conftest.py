@@ -22,7 +22,7 @@ CORPUS = [
     "import os\n\nfor name in os.listdir('.'):\n    print(name)\n",
     "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
     "function greet(name) {\n  return `hello ${name}`;\n}\n",
-    "package main\n\nfunc main() {\n\tfmt.Println(\"hi\")\n}\n",
+    'package main\n\nfunc main() {\n\tfmt.Println("hi")\n}\n',
     "fn main() {\n    let v: Vec<i32> = Vec::new();\n}\n",
 ] * 20
 

@@ -12,16 +12,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train the diffusion model (resumes from --run if it has state)")
     p.add_argument("--run", type=Path, default=DEFAULT_HOME / "run", help="run directory (state, logs)")
     p.add_argument("--data", type=Path, default=None, help="row store directory (default: RUN/../data)")
-    p.add_argument("--edits", type=Path, default=Path("../shared/data/edits"),
-                   help="commit-edit records (*.jsonl.xz); optional")
-    p.add_argument("--repo", type=Path, default=None,
-                   help="fine-tune on this git repository's history (starts from --init or the default model)")
+    p.add_argument(
+        "--edits",
+        type=Path,
+        default=Path("../shared/data/edits"),
+        help="commit-edit records (*.jsonl.xz); optional",
+    )
+    p.add_argument(
+        "--repo",
+        type=Path,
+        default=None,
+        help="fine-tune on this git repository's history (starts from --init or the default model)",
+    )
     p.add_argument("--init", type=Path, default=None, help="checkpoint to start from")
     p.add_argument("--preset", default="small", help="model size preset (tiny, small, base)")
     p.add_argument("--steps", type=int, default=20000)
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--decay-start", type=int, default=None,
-                   help="step where the LR starts its linear decay to 10%% at --steps (default: never)")
+    p.add_argument(
+        "--decay-start",
+        type=int,
+        default=None,
+        help="step where the LR starts its linear decay to 10%% at --steps (default: never)",
+    )
     p.add_argument("--lr", type=float, default=1.5e-3)
     p.add_argument("--rows", type=int, default=200_000, help="training rows to build")
     p.add_argument("--seq-len", type=int, default=512)
@@ -48,17 +60,38 @@ def run(args: argparse.Namespace) -> int:
             if not records:
                 print(f"no usable edits found in {args.repo}")
                 return 1
-            prepare(data, None, n_train=args.rows, seq_len=args.seq_len,
-                    tokenizer_path=Path(init) / "tokenizer.json", code_files=[],
-                    extra_records=records)
+            prepare(
+                data,
+                None,
+                n_train=args.rows,
+                seq_len=args.seq_len,
+                tokenizer_path=Path(init) / "tokenizer.json",
+                code_files=[],
+                extra_records=records,
+            )
     elif not (data / "train" / "info.json").exists():
         print(f"building corpus in {data} ...", flush=True)
-        prepare(data, args.edits, n_train=args.rows, seq_len=args.seq_len, vocab_size=args.vocab_size,
-                tokenizer_path=Path(init) / "tokenizer.json" if init else None)
-    cfg = TrainConfig(run_dir=args.run, data_dir=data, preset=args.preset, steps=args.steps,
-                      batch_size=args.batch_size, lr=args.lr, device=args.device, threads=args.threads,
-                      eval_every=args.eval_every, init_from=init,
-                      decay_start=args.decay_start)
+        prepare(
+            data,
+            args.edits,
+            n_train=args.rows,
+            seq_len=args.seq_len,
+            vocab_size=args.vocab_size,
+            tokenizer_path=Path(init) / "tokenizer.json" if init else None,
+        )
+    cfg = TrainConfig(
+        run_dir=args.run,
+        data_dir=data,
+        preset=args.preset,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        device=args.device,
+        threads=args.threads,
+        eval_every=args.eval_every,
+        init_from=init,
+        decay_start=args.decay_start,
+    )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")
     return 0

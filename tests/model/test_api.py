@@ -1,0 +1,99 @@
+"""The entry point: FIM and next-edit requests through Engine.complete on a real (tiny) checkpoint."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from model.api import EditRequest, Engine, FimRequest, SamplingOptions
+from model.prompt import EditPrompt, PromptError, build_prompt
+from model.transformer import ContextTooLongError
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint) -> Engine:
+    return Engine.load(tiny_checkpoint)
+
+
+def test_fim_returns_text_and_stats(engine: Engine) -> None:
+    c = engine.complete(FimRequest("def add(a, b):\n    return ", "\n", max_tokens=12))
+    assert isinstance(c.text, str) and "<|mask|>" not in c.text
+    assert 0 < c.completion_tokens <= 12 or c.finish_reason == "stop"
+    assert c.steps >= 1 and c.model_calls == c.steps + 1 and len(c.token_confidences) == c.completion_tokens
+    assert c.finish_reason in ("stop", "length") and 0.0 <= c.score <= 1.0
+
+
+def test_sequential_takes_one_step_per_token(engine: Engine) -> None:
+    c = engine.complete(FimRequest("x = ", "", max_tokens=8, options=SamplingOptions(sequential=True)))
+    assert c.steps >= c.completion_tokens
+
+
+def test_effort_changes_steps(engine: Engine) -> None:
+    fast = engine.complete(FimRequest("x = ", "", max_tokens=16, options=SamplingOptions(threshold=0.0)))
+    slow = engine.complete(FimRequest("x = ", "", max_tokens=16, options=SamplingOptions(sequential=True)))
+    assert fast.steps < slow.steps
+    with pytest.raises(ValueError, match="effort"):
+        engine.complete(FimRequest("x", "", options=SamplingOptions(effort="turbo")))
+
+
+def test_stop_sequences_cut_text(engine: Engine) -> None:
+    full = engine.complete(FimRequest("def f():\n", "", max_tokens=24))
+    if len(full.text) > 3:
+        stop = full.text[2:4]
+        cut = engine.complete(
+            FimRequest("def f():\n", "", max_tokens=24, options=SamplingOptions(stop=[stop]))
+        )
+        assert cut.text == full.text[: full.text.find(stop)] and cut.finish_reason == "stop"
+
+
+def test_context_window_is_enforced(engine: Engine) -> None:
+    engine.context_length = 50
+    try:
+        with pytest.raises(ContextTooLongError, match="context window"):
+            engine.complete(FimRequest("x = 1\n" * 40, "", max_tokens=8))
+    finally:
+        engine.context_length = engine.model.cfg.max_seq_len
+
+
+def test_edit_request_reports_region_and_score(engine: Engine) -> None:
+    p = build_prompt(EditPrompt("a.py", "import os\n", "def f(x):\n    return x\n", 4, "\nf(1)\n"))
+    c = engine.complete(EditRequest(p))
+    assert c.region == "def f(x):\n    return x\n"
+    assert c.unchanged == (c.text == c.region)
+    assert c.above_threshold == (not c.unchanged and c.score >= engine.inference.selectivity_threshold)
+    with pytest.raises(PromptError, match="code_to_edit"):
+        engine.complete(EditRequest("<|current_file_content|>\nx\n<|/current_file_content|>"))
+
+
+def test_diffusing_drafts_and_cancel(engine: Engine) -> None:
+    drafts: list[str] = []
+    c = engine.complete(
+        FimRequest(
+            "x = ",
+            "",
+            max_tokens=16,
+            options=SamplingOptions(sequential=True, record_canvases=True, on_step=drafts.append),
+        )
+    )
+    assert len(drafts) == c.steps == len(c.canvases)
+    ev = threading.Event()
+    seen: list[str] = []
+
+    def on_step(d: str) -> None:
+        seen.append(d)
+        if len(seen) == 2:
+            ev.set()
+
+    c = engine.complete(
+        FimRequest(
+            "x = ", "", max_tokens=16, options=SamplingOptions(sequential=True, on_step=on_step, cancel=ev)
+        )
+    )
+    assert c.finish_reason == "cancelled" and c.steps == 2
+
+
+def test_batch_matches_single(engine: Engine) -> None:
+    reqs = [FimRequest("def f():\n    return ", "\n", max_tokens=8), FimRequest("import ", "", max_tokens=8)]
+    batch = engine.complete_batch(reqs)
+    assert [b.text for b in batch] == [engine.complete(r).text for r in reqs]

@@ -1,0 +1,105 @@
+"""Sampler invariants: monotone unmasking, threshold rule, determinism, early stop, exact cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from model.config import PRESETS, ModelConfig
+from model.sampler import ContextCache, NoCache, ThresholdRule, TopKRule, denoise
+from model.transformer import Transformer
+
+MASK, EOT, V = 1, 0, 300
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": V})).eval()
+
+
+def _run(model, **kw):
+    ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(0))
+    kw.setdefault("canvas_len", 24)
+    return denoise(model, ctx, torch.tensor([20, 20]), mask_id=MASK, eot_id=EOT, block_size=8, **kw)
+
+
+def test_threshold_rule_commits_confident_and_at_least_one() -> None:
+    conf = torch.tensor([[0.95, 0.2, 0.91, 0.5], [0.1, 0.3, 0.2, 0.05]])
+    active = torch.tensor([[True, True, True, True], [True, False, True, True]])
+    got = ThresholdRule(0.9).select(conf, active)
+    assert got.tolist() == [[True, False, True, False], [False, False, True, False]]
+    assert TopKRule(1).select(conf, active).sum(1).tolist() == [1, 1]
+
+
+def test_never_undecodes_and_each_step_progresses(model: Transformer) -> None:
+    res = _run(model, rule=ThresholdRule(0.5), record=True)
+    prev = None
+    for canvas in res.canvases:
+        if prev is not None:
+            decided = prev != MASK
+            assert torch.equal(canvas[decided], prev[decided]), "a committed token changed"
+            assert (canvas != MASK).sum() > (prev != MASK).sum(), "a step committed nothing"
+        prev = canvas
+    assert (res.tokens != MASK).all()
+    assert res.model_calls == res.steps + 1
+
+
+def test_one_token_per_step_baseline(model: Transformer) -> None:
+    res = _run(model, rule=TopKRule(1), record=True, canvas_len=16)
+    counts = [int((c != MASK).sum()) for c in res.canvases]
+    # each step commits exactly one token per row, unless an end-of-text fills the rest of a row
+    assert counts[0] >= 2 and all(b > a for a, b in zip(counts, counts[1:]))
+    assert res.steps <= 16
+
+
+def test_lower_threshold_takes_fewer_steps(model: Transformer) -> None:
+    strict = _run(model, rule=ThresholdRule(1.01))
+    loose = _run(model, rule=ThresholdRule(0.0))
+    assert loose.steps < strict.steps
+
+
+def test_deterministic_with_generator(model: Transformer) -> None:
+    a = _run(model, temperature=1.0, top_p=0.9, generator=torch.Generator().manual_seed(7))
+    b = _run(model, temperature=1.0, top_p=0.9, generator=torch.Generator().manual_seed(7))
+    c = _run(model, temperature=1.0, top_p=0.9, generator=torch.Generator().manual_seed(8))
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.confidences, b.confidences)
+    assert not torch.equal(a.tokens, c.tokens)
+
+
+def test_context_cache_matches_recompute(model: Transformer) -> None:
+    a = _run(model, cache=ContextCache())
+    b = _run(model, cache=NoCache())
+    assert torch.equal(a.tokens, b.tokens) and a.steps == b.steps
+
+
+def test_early_stop_at_end_of_text(model: Transformer) -> None:
+    """When end-of-text is certain, one step decodes it and fills the rest: no further blocks run."""
+    ctx = torch.randint(2, V, (1, 10))
+    everything_but_eot = [i for i in range(V) if i != EOT]
+    res = denoise(
+        model,
+        ctx,
+        torch.tensor([10]),
+        64,
+        mask_id=MASK,
+        eot_id=EOT,
+        block_size=16,
+        rule=ThresholdRule(0.9),
+        suppress_ids=everything_but_eot,
+    )
+    assert bool(res.finished[0]) and int(res.lengths[0]) == 0
+    assert (res.tokens[0] == EOT).all()
+    assert res.steps == 1  # 4 blocks of 16, yet one step
+
+
+def test_end_of_text_fills_the_tail(model: Transformer) -> None:
+    res = _run(model, rule=TopKRule(1), canvas_len=24)
+    for row, n in zip(res.tokens, res.lengths.tolist()):
+        assert (row[n:] == EOT).all() and (row[:n] != EOT).all()
+
+
+def test_cancel_stops_decoding(model: Transformer) -> None:
+    calls = []
+    res = _run(model, rule=TopKRule(1), should_stop=lambda: len(calls) > 2, on_step=lambda c: calls.append(1))
+    assert res.cancelled and res.steps == 3

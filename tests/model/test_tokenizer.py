@@ -1,0 +1,60 @@
+"""Tokenizer: exact round trip of any UTF-8 text, special tokens matched whole."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from model.checkpoint import DEFAULT_CHECKPOINT
+from model.tokenizer import EDIT_TAGS, SPECIAL_TOKENS, Tokenizer, train_tokenizer
+from tests.conftest import CORPUS
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return train_tokenizer(CORPUS, vocab_size=400)
+
+
+code_like = st.lists(
+    st.sampled_from(
+        list("abcdefxyz_(){}[]:;.,=+-*/'\"#\t\r\n ") + ["    ", "\r\n", "é", "中", "🙂", "\u00a0"]
+    ),
+    max_size=120,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(max_size=200), code_like))
+def test_round_trip_any_text(tok: Tokenizer, text: str) -> None:
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_round_trip_indentation_tabs_crlf(tok: Tokenizer) -> None:
+    text = "def f():\r\n" + " " * 64 + "x = 1\r\n\t\t\treturn x\n" + "\t" * 40 + "\n\n\n"
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_special_tokens_are_single_ids(tok: Tokenizer) -> None:
+    for s in SPECIAL_TOKENS:
+        assert tok.encode(s) == [tok.special_ids[s]]
+    assert len(set(tok.special_ids.values())) == len(SPECIAL_TOKENS)
+    text = "x<|code_to_edit|>\ny = 1<|cursor|>\n<|/code_to_edit|>"
+    ids = tok.encode(text)
+    assert tok.special_ids["<|cursor|>"] in ids and tok.decode(ids) == text
+    assert set(EDIT_TAGS) <= set(tok.special_ids)
+
+
+def test_save_load(tok: Tokenizer, tmp_path) -> None:
+    tok.save(tmp_path / "t.json")
+    again = Tokenizer.load(tmp_path / "t.json")
+    s = "for i in range(10):\n\tprint(i)  # é\n"
+    assert again.encode(s) == tok.encode(s) and again.mask_id == tok.mask_id
+
+
+@pytest.mark.skipif(not (DEFAULT_CHECKPOINT / "tokenizer.json").exists(), reason="no shipped checkpoint")
+@settings(max_examples=200, deadline=None)
+@given(text=st.one_of(st.text(max_size=300), code_like))
+def test_shipped_tokenizer_round_trip(text: str) -> None:
+    tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
+    assert tok.decode(tok.encode(text)) == text

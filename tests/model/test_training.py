@@ -1,0 +1,93 @@
+"""Training: the diffusion loss falls on a tiny config; checkpoints round-trip exactly; resume works."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import torch
+
+from model.checkpoint import load_checkpoint, save_checkpoint
+from model.config import PRESETS, InferenceConfig, ModelConfig
+from model.data import RowBuilder, RowStore
+from model.diffusion import diffusion_loss, mask_batch
+from model.tokenizer import train_tokenizer
+from model.train import TrainConfig, train
+from model.transformer import Transformer
+from tests.conftest import CORPUS
+
+
+def _tiny(vocab: int) -> Transformer:
+    return Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": vocab}))
+
+
+def test_masking_only_touches_the_canvas() -> None:
+    ids = torch.arange(40).view(2, 20) + 10
+    noisy, masked, t = mask_batch(
+        ids, torch.tensor([5, 0]), torch.tensor([15, 20]), 1, torch.Generator().manual_seed(0)
+    )
+    assert not masked[0, :5].any() and not masked[0, 15:].any()
+    assert torch.equal(noisy[~masked], ids[~masked]) and (noisy[masked] == 1).all()
+    assert ((t > 0) & (t <= 1)).all()
+
+
+def test_loss_decreases_on_tiny_config() -> None:
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    model = _tiny(tok.vocab_size)
+    b = RowBuilder(tok, 64, random.Random(0))
+    rows = [b.plain(tok.encode("".join(CORPUS[i : i + 3]))) for i in range(8)]
+    L = max(len(r.ids) for r in rows)
+    ids = torch.tensor([r.ids + [tok.eot_id] * (L - len(r.ids)) for r in rows])
+    ctx, lens = torch.zeros(8, dtype=torch.long), torch.tensor([len(r.ids) for r in rows])
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = last = None
+    for step in range(60):
+        loss, _ = diffusion_loss(model, ids, ctx, lens, tok.mask_id, torch.Generator().manual_seed(step % 4))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        first = float(loss) if step < 4 and first is None else first
+        last = float(loss)
+    assert last < first * 0.6
+
+
+def test_checkpoint_save_load_equality(tmp_path) -> None:
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    model = _tiny(tok.vocab_size)
+    inf = InferenceConfig(selectivity_threshold=0.42, score_aggregate="min")
+    save_checkpoint(tmp_path, model, tok, inf, {"step": 3})
+    ck = load_checkpoint(tmp_path)
+    for (k, a), (_, b) in zip(model.state_dict().items(), ck.model.state_dict().items()):
+        assert torch.equal(a, b), k
+    assert ck.inference.selectivity_threshold == 0.42 and ck.inference.score_aggregate == "min"
+    assert ck.inference.efforts["high"].threshold == inf.efforts["high"].threshold
+    assert ck.meta == {"step": 3} and ck.tokenizer.encode("x = 1") == tok.encode("x = 1")
+    assert set(json.loads((tmp_path / "config.json").read_text())) == {"model", "inference", "meta"}
+
+
+def test_train_resumes_from_state(tmp_path) -> None:
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    b = RowBuilder(tok, 256, random.Random(0))
+    rows = [r for r in (b.fim("".join(CORPUS[i : i + 6])) for i in range(100)) if r][:24]
+    assert len(rows) == 24
+    RowStore.write(tmp_path / "data" / "train", iter(rows), len(rows), 256, tok.eot_id)
+    RowStore.write(tmp_path / "data" / "val", iter(rows[:8]), 8, 256, tok.eot_id)
+    tok.save(tmp_path / "data" / "tokenizer.json")
+    cfg = TrainConfig(
+        run_dir=tmp_path / "run",
+        data_dir=tmp_path / "data",
+        preset="tiny",
+        steps=6,
+        batch_size=4,
+        eval_every=3,
+        warmup=2,
+    )
+    train(cfg)
+    cfg.steps = 9
+    ckpt = train(cfg)
+    events = [json.loads(line) for line in (tmp_path / "run" / "train.log.jsonl").read_text().splitlines()]
+    starts = [e for e in events if e.get("event") == "start"]
+    assert [s["step"] for s in starts] == [0, 6]
+    evals = [e for e in events if e.get("event") == "eval"]
+    assert [e["step"] for e in evals] == [3, 6, 9] and all("val_loss" in e for e in evals)
+    assert load_checkpoint(ckpt).meta["step"] == 9

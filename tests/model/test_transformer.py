@@ -1,0 +1,75 @@
+"""Transformer: exact context cache, padding invariance, window errors, 32K forward without L x L."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from model.config import PRESETS, ModelConfig
+from model.transformer import ContextTooLongError, Transformer
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 300})).eval()
+
+
+def test_context_cache_is_exact(model: Transformer) -> None:
+    ids = torch.randint(0, 300, (2, 50))
+    Lc = 37
+    cache = model.encode_context(ids[:, :Lc])
+    cached = model.forward_canvas(ids[:, Lc:], cache)  # [B, 13, V]
+    full = model(ids, context_lens=torch.tensor([Lc, Lc]))[:, Lc:]
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
+
+
+def test_context_does_not_see_canvas(model: Transformer) -> None:
+    ids = torch.randint(0, 300, (1, 30))
+    other = ids.clone()
+    other[0, 20:] = torch.randint(0, 300, (10,))
+    ctx = torch.tensor([20])
+    a = model.encode_context(ids[:, :20]).keys[-1]
+    b = model.encode_context(other[:, :20]).keys[-1]
+    torch.testing.assert_close(a, b)
+    # but canvas logits depend on the context
+    la = model(ids, context_lens=ctx)[:, 25]
+    lb = model(torch.cat([torch.randint(0, 300, (1, 20)), ids[:, 20:]], 1), context_lens=ctx)[:, 25]
+    assert not torch.allclose(la, lb)
+
+
+def test_padded_batch_matches_single_rows(model: Transformer) -> None:
+    a, b = torch.randint(0, 300, (1, 12)), torch.randint(0, 300, (1, 7))
+    canvas = torch.randint(0, 300, (2, 5))
+    ctx = torch.zeros((2, 12), dtype=torch.long)
+    ctx[0], ctx[1, :7] = a[0], b[0]
+    batch = model.forward_canvas(canvas, model.encode_context(ctx, torch.tensor([12, 7])))
+    one = model.forward_canvas(canvas[1:], model.encode_context(b))
+    torch.testing.assert_close(batch[1:], one, atol=1e-5, rtol=1e-4)
+
+
+def test_seq_lens_hide_padding_keys(model: Transformer) -> None:
+    ids = torch.randint(0, 300, (1, 20))
+    padded = torch.cat([ids, torch.zeros((1, 6), dtype=torch.long)], 1)
+    a = model(ids, context_lens=torch.tensor([8]))
+    b = model(padded, context_lens=torch.tensor([8]), seq_lens=torch.tensor([20]))[:, :20]
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_too_long_is_an_error_not_truncation() -> None:
+    m = Transformer(
+        ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 300, "max_seq_len": 64})
+    )
+    with pytest.raises(ContextTooLongError, match="exceeds"):
+        m.encode_context(torch.zeros((1, 65), dtype=torch.long))
+    cache = m.encode_context(torch.zeros((1, 60), dtype=torch.long))
+    with pytest.raises(ContextTooLongError):
+        m.forward_canvas(torch.zeros((1, 5), dtype=torch.long), cache)
+
+
+def test_32k_context_forward_fits(model: Transformer) -> None:
+    """A 32,768-token context runs (fused attention: memory grows with L, not L^2)."""
+    ids = torch.randint(0, 300, (1, 32768 - 8))
+    cache = model.encode_context(ids)
+    logits = model.forward_canvas(torch.randint(0, 300, (1, 8)), cache)
+    assert logits.shape == (1, 8, 300) and torch.isfinite(logits).all()
