@@ -1,0 +1,202 @@
+"""``editserver bench fim``: HumanEval infilling pass@1, exact match, latency and tokens per step.
+
+Design decisions:
+- Greedy decoding (pass@1 as the peers report it) through the model's entry point, so the figures
+  are what the server delivers.
+- Side by side in one run: confidence-threshold parallel unmasking (the effort's threshold) and the
+  one-token-per-step baseline over the same tasks, so the speedup and its quality cost are a ratio
+  measured on one machine at one time.
+- Generated code is untrusted: each check runs in its own ``python`` subprocess with a timeout, in a
+  temporary directory, with a small pool so the benchmark stays bounded.
+- Single-line suites keep the first line of the infill (what the LSP shows for a mid-file cursor);
+  ``--keep-lines`` turns that off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fim", help="HumanEval infilling: pass@1, exact match, latency, tokens/step")
+    p.add_argument(
+        "--suite", type=Path, default=Path("../shared/data/fim/humaneval-singleline-infilling.jsonl.gz")
+    )
+    p.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: shipped)")
+    p.add_argument("--limit", type=int, default=None, help="first N tasks (after a seeded shuffle)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--effort", default=None, help="instant|low|medium|high (default: the checkpoint's)")
+    p.add_argument(
+        "--max-tokens", type=int, default=None, help="canvas length (default 48 single-line, 128 multi)"
+    )
+    p.add_argument(
+        "--keep-lines", action="store_true", help="do not cut single-line infills at the first line"
+    )
+    p.add_argument("--no-sequential", action="store_true", help="skip the one-token-per-step baseline")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per test execution")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.set_defaults(func=run)
+
+
+def load_suite(path: Path, limit: int | None, seed: int) -> list[dict]:
+    import random
+
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        tasks = [json.loads(line) for line in fh]
+    if limit is not None and limit < len(tasks):
+        random.Random(seed).shuffle(tasks)
+        tasks = tasks[:limit]
+    return tasks
+
+
+def first_line(text: str) -> str:
+    """The infill up to and including its first newline (leading blank lines are skipped)."""
+    stripped = text.lstrip("\n")
+    cut = stripped.find("\n")
+    return stripped if cut < 0 else stripped[: cut + 1]
+
+
+def passes(task: dict, completion: str, timeout: float) -> bool:
+    program = (
+        task["prompt"]
+        + completion
+        + task["suffix"]
+        + "\n"
+        + task["test"]
+        + f"\ncheck({task['entry_point']})\n"
+    )
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "prog.py"
+        path.write_text(program)
+        try:
+            r = subprocess.run(
+                [sys.executable, str(path)],
+                cwd=d,
+                capture_output=True,
+                timeout=timeout,
+                env={"PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": "0"},
+            )
+        except subprocess.TimeoutExpired:
+            return False
+    return r.returncode == 0
+
+
+def percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def evaluate(
+    engine,
+    tasks: list[dict],
+    *,
+    sequential: bool,
+    effort: str | None,
+    max_tokens: int,
+    single_line: bool,
+    timeout: float,
+    label: str,
+) -> dict:
+    from tqdm import tqdm
+
+    from model.api import FimRequest, SamplingOptions
+
+    outs, lat, toks, steps = [], [], 0, 0
+    engine.complete(FimRequest("def f():\n    return ", "\n", max_tokens=8))  # warm-up
+    for t in tqdm(tasks, desc=label, file=sys.stderr):
+        c = engine.complete(
+            FimRequest(
+                t["prompt"],
+                t["suffix"],
+                max_tokens=max_tokens,
+                options=SamplingOptions(effort=effort, sequential=sequential),
+            )
+        )
+        text = first_line(c.text) if single_line else c.text
+        outs.append(text)
+        lat.append(c.latency_s * 1000)
+        toks += c.completion_tokens
+        steps += c.steps
+    with ThreadPoolExecutor(2) as pool:
+        ok = list(pool.map(lambda a: passes(a[0], a[1], timeout), zip(tasks, outs)))
+    exact = [o.strip() == t["canonical_solution"].strip() for o, t in zip(outs, tasks)]
+    return {
+        "n": len(tasks),
+        "pass_at_1": sum(ok) / max(1, len(tasks)),
+        "exact_match": sum(exact) / max(1, len(tasks)),
+        "tokens_per_step": toks / max(1, steps),
+        "latency_ms": {"p50": percentile(lat, 0.5), "p95": percentile(lat, 0.95)},
+        "samples": [
+            {"task_id": t["task_id"], "completion": o, "passed": p} for t, o, p in zip(tasks, outs, ok)
+        ],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from model.api import Engine
+
+    if not args.suite.is_file():
+        print(f"suite not found: {args.suite} (the HumanEval infilling files live in ../shared/data/fim)")
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    engine = Engine.load(args.model)
+    effort = args.effort or engine.inference.default_effort
+    single = "singleline" in args.suite.name and not args.keep_lines
+    max_tokens = args.max_tokens or (48 if "singleline" in args.suite.name else 128)
+    tasks = load_suite(args.suite, args.limit, args.seed)
+    t0 = time.time()
+    kw = dict(effort=effort, max_tokens=max_tokens, single_line=single, timeout=args.timeout)
+    result = evaluate(engine, tasks, sequential=False, label="parallel", **kw)
+    if not args.no_sequential:
+        result["sequential"] = evaluate(engine, tasks, sequential=True, label="sequential", **kw)
+        seq = result["sequential"]
+        result["speedup_p50"] = seq["latency_ms"]["p50"] / max(1e-9, result["latency_ms"]["p50"])
+        result["pass_at_1_cost"] = seq["pass_at_1"] - result["pass_at_1"]
+    result.update(
+        {
+            "suite": args.suite.name,
+            "effort": effort,
+            "threshold": engine.inference.efforts[effort].threshold,
+            "max_tokens": max_tokens,
+            "single_line_cut": single,
+            "model": str(args.model or "shipped default"),
+            "checkpoint_meta": engine.ck.meta,
+            "torch_threads": torch.get_num_threads(),
+            "wall_s": round(time.time() - t0, 1),
+        }
+    )
+    rows = [("parallel", result)] + (
+        [("one token/step", result["sequential"])] if "sequential" in result else []
+    )
+    print(f"{'mode':16} {'n':>5} {'pass@1':>7} {'exact':>7} {'tok/step':>9} {'p50 ms':>8} {'p95 ms':>8}")
+    for name, r in rows:
+        print(
+            f"{name:16} {r['n']:5d} {r['pass_at_1']:7.1%} {r['exact_match']:7.1%} {r['tokens_per_step']:9.2f} "
+            f"{r['latency_ms']['p50']:8.1f} {r['latency_ms']['p95']:8.1f}"
+        )
+    if "speedup_p50" in result:
+        print(
+            f"speedup (p50 latency, sequential/parallel): {result['speedup_p50']:.2f}x; "
+            f"pass@1 cost: {100 * result['pass_at_1_cost']:.1f} points"
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
