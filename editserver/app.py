@@ -1,0 +1,550 @@
+"""The HTTP API: Inception's Mercury Edit endpoints plus OpenAI's legacy completions, on FastAPI.
+
+Design decisions:
+- ``create_app(settings, engine=None)`` is the one factory; handlers are thin: validate (schemas.py),
+  submit to the scheduler (scheduler.py), shape the answer. Inference never runs on the event loop.
+- Errors always have OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 422 for a
+  field that fails its schema (``param`` names it), 400 for requests that parse but cannot be served
+  (malformed next-edit prompt, input beyond the 32K window, unparseable JSON), 401 for a missing or
+  wrong Bearer key, 429 when the queue is full, 404/405 for unknown routes, 500 (logged) otherwise.
+- Next edit never returns "no prediction": when the model's rewrite is unchanged, truncated (ran out
+  of canvas) or scores below the checkpoint's selectivity threshold, the content is the region as
+  sent, so Zed/Continue show nothing; our ``editserver`` field carries the score, whether it cleared
+  the threshold, and the model's own rewrite for clients that want to decide themselves.
+- Streams are Server-Sent Events ending in ``data: [DONE]``. The diffusion canvas is decoded in
+  parallel, so a plain stream sends the answer as one chunk when it is ready; ``diffusing: true``
+  sends every intermediate draft, each one the whole current text that replaces the previous one
+  (Mercury's convention), the last one being the final answer. Streams wait for the job to start (or
+  fail) before sending headers, so context-overflow and similar errors are real HTTP 400s.
+- Client disconnects: a watcher task waits for ``http.disconnect`` and sets the job's cancel event, so
+  a queued job is dropped and a running one stops denoising at its next step. The log shows 499.
+- One structured (JSON) log line per request from an ASGI middleware, after the last byte is sent:
+  method, path, status, latency, queue time, tokens, steps. Logs go to stderr only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from editserver.metrics import Metrics
+from editserver.scheduler import Cancelled, Job, QueueFull, Result, Scheduler
+from editserver.schemas import (
+    EditBody,
+    EditResponse,
+    ErrorResponse,
+    FimBody,
+    FimResponse,
+    Health,
+    Limits,
+    ModelCard,
+    ModelList,
+    RequestError,
+    SuggestionInfo,
+)
+from editserver.settings import Settings
+from model.api import Engine
+from model.prompt import PromptError, format_edit_response
+from model.transformer import ContextTooLongError
+
+access_log = logging.getLogger("editserver.access")
+log = logging.getLogger("editserver.app")
+
+FEATURES = ["fim", "next_edit", "streaming", "diffusing", "reasoning_effort", "stop", "include_usage"]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorResponse} for s in (400, 401, 422, 429, 500, 503)
+}
+STREAMED = {200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+
+
+class APIError(Exception):
+    def __init__(
+        self, status: int, message: str, type_: str, param: str | None = None, code: str | None = None
+    ):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+
+def error_response(
+    status: int,
+    message: str,
+    type_: str,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _param(loc: tuple) -> str | None:
+    """A pydantic error location as a field path: ('body', 'messages', 0, 'content') -> messages.0.content."""
+    parts = [
+        str(p)
+        for p in loc[1:]
+        if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool")))
+    ]
+    return ".".join(parts) or None
+
+
+def _validation_error(exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return error_response(
+            400, "could not parse the request body as JSON", "invalid_request_error", None, "invalid_json"
+        )
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+    param = _param(tuple(first.get("loc", ())))
+    if param is None and first.get("type") == "missing":
+        message = "the request body is required (a JSON object)"
+    else:
+        msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        message = f"invalid value for '{param}': {msg}" if param else msg
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return error_response(422, message, "invalid_request_error", param, "invalid_value")
+
+
+def _sse(obj: dict | str) -> bytes:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+
+
+class AccessLog:
+    """Pure ASGI middleware: request metrics and one JSON log line once the response is fully sent."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0, status = time.perf_counter(), [500]
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "other"
+            fields = dict(scope.get("state", {}).get("log", {}))
+            final = fields.pop("status", status[0])
+            latency = time.perf_counter() - t0
+            self.metrics.requests.labels(endpoint, str(final)).inc()
+            self.metrics.latency.labels(endpoint).observe(latency)
+            line = {
+                "event": "request",
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "status": final,
+                "latency_ms": round(latency * 1000, 1),
+                **fields,
+            }
+            access_log.info(json.dumps(line, ensure_ascii=False))
+
+
+def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
+    engine = engine if engine is not None else Engine.load(settings.model, settings.device)
+    metrics = Metrics()
+    scheduler = Scheduler(engine, metrics, settings.max_queue, settings.max_batch)
+    cap = min(settings.max_output_tokens or engine.max_output_tokens, engine.max_output_tokens)
+    limits = Limits(max_output_tokens=cap, fim_default_tokens=engine.inference.fim_max_tokens)
+    threshold = engine.inference.selectivity_threshold
+    created = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        scheduler.start()
+        try:
+            yield
+        finally:
+            scheduler.stop()
+
+    app = FastAPI(
+        title="editserver",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Local masked-diffusion code suggestions behind Inception's Mercury Edit API.",
+    )
+    app.state.engine, app.state.scheduler, app.state.metrics = engine, scheduler, metrics
+    app.add_middleware(AccessLog, metrics=metrics)
+
+    # ---- errors --------------------------------------------------------------------------------
+    @app.exception_handler(APIError)
+    async def _api_error(_req: Request, exc: APIError):
+        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_req: Request, exc: RequestValidationError):
+        return _validation_error(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(exc.status_code, str(exc.detail), kind, None, None, exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _crash(_req: Request, exc: Exception):
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(
+            500, "internal server error (see the server log)", "server_error", None, "internal_error"
+        )
+
+    def _translate(exc: BaseException, param: str) -> APIError:
+        if isinstance(exc, QueueFull):
+            return APIError(429, str(exc), "rate_limit_error", None, "queue_full")
+        if isinstance(exc, ContextTooLongError):
+            return APIError(400, str(exc), "invalid_request_error", param, "context_length_exceeded")
+        if isinstance(exc, PromptError):
+            return APIError(400, str(exc), "invalid_request_error", param, "invalid_prompt")
+        if isinstance(exc, RequestError):
+            return APIError(400, str(exc), "invalid_request_error", exc.param or param, exc.code)
+        if isinstance(exc, Cancelled):
+            return APIError(503, str(exc), "server_error", None, "cancelled")
+        if isinstance(exc, ValueError):
+            return APIError(400, str(exc), "invalid_request_error", None, "invalid_value")
+        raise exc
+
+    # ---- auth ----------------------------------------------------------------------------------
+    async def require_key(request: Request) -> None:
+        if not settings.api_key:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        ok = scheme.lower() == "bearer" and hmac.compare_digest(
+            token.strip().encode("utf-8", "replace"), settings.api_key.encode("utf-8")
+        )
+        if not ok:
+            raise APIError(
+                401,
+                "missing or incorrect API key (send 'Authorization: Bearer <key>')",
+                "authentication_error",
+                None,
+                "invalid_api_key",
+            )
+
+    protected = [Depends(require_key)]
+
+    # ---- the shared request flow ---------------------------------------------------------------
+    async def _watch_disconnect(request: Request, job: Job) -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                if not job.future.done():
+                    job.cancel.set()
+                return
+
+    async def _next(events: asyncio.Queue, fut: asyncio.Future) -> str | None:
+        """The next draft, or None once the job is done (drafts after completion are dropped)."""
+        if not events.empty():
+            return events.get_nowait()
+        if fut.done():
+            return None
+        getter = asyncio.ensure_future(events.get())
+        done, _ = await asyncio.wait({getter, fut}, return_when=asyncio.FIRST_COMPLETED)
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        return None
+
+    async def _run(request: Request, body: FimBody | EditBody, kind: str, param: str):
+        try:
+            engine_req = body.to_engine(limits)
+        except (PromptError, RequestError) as exc:
+            raise _translate(exc, param) from exc
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        on_step = None
+        if body.diffusing_stream:
+
+            def on_step(draft: str) -> None:
+                loop.call_soon_threadsafe(events.put_nowait, draft)
+
+        try:
+            job = scheduler.submit(engine_req, on_step)
+        except (QueueFull, Cancelled) as exc:
+            raise _translate(exc, param) from exc
+        fut = asyncio.wrap_future(job.future)
+        watcher = asyncio.create_task(_watch_disconnect(request, job))
+        rid = f"{'cmpl' if kind == 'fim' else 'edit'}-{uuid.uuid4().hex[:24]}"
+        meta = {"id": rid, "created": int(time.time()), "model": body.model or settings.served_model_name}
+        request.state.log = {"id": rid, "kind": kind, "stream": body.streaming}
+        try:
+            first = await _next(events, fut) if body.streaming else None
+            if not body.streaming or first is None:
+                result = await fut
+        except BaseException as exc:
+            watcher.cancel()
+            if not fut.done():
+                job.cancel.set()
+            if isinstance(exc, Exception):
+                raise _translate(exc, param) from exc
+            raise
+        if not body.streaming:
+            watcher.cancel()
+            return _finish(request, kind, body, meta, result)
+
+        async def stream():
+            try:
+                draft, last = first, None
+                while draft is not None:
+                    if draft != last:
+                        yield _sse(_chunk(kind, meta, _shown_draft(kind, draft), None, body))
+                        last = draft
+                    draft = await _next(events, fut)
+                res = await fut
+                for payload in _final_chunks(request, kind, body, meta, res):
+                    yield _sse(payload)
+                yield _sse("[DONE]")
+            except Exception as exc:  # noqa: BLE001 - headers are sent: report in-band, never crash
+                err = _translate(exc, param) if not isinstance(exc, APIError) else exc
+                yield _sse(
+                    {
+                        "error": {
+                            "message": err.message,
+                            "type": err.type,
+                            "param": err.param,
+                            "code": err.code,
+                        }
+                    }
+                )
+                yield _sse("[DONE]")
+            finally:
+                watcher.cancel()
+                if not fut.done():
+                    job.cancel.set()
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Request-Id": rid},
+        )
+
+    # ---- response shaping ----------------------------------------------------------------------
+    def _info(res: Result, suppressed: bool = False, suggestion: str | None = None) -> dict:
+        c = res.completion
+        return SuggestionInfo(
+            score=round(c.score, 6),
+            above_threshold=bool(c.above_threshold if c.region is not None else c.score >= threshold),
+            threshold=threshold,
+            unchanged=c.unchanged,
+            suppressed=suppressed,
+            suggestion=suggestion,
+            steps=c.steps,
+            model_calls=c.model_calls,
+            tokens_per_step=round(c.tokens_per_step, 3),
+            latency_ms=round(c.latency_s * 1000, 1),
+            queue_ms=round(res.queue_s * 1000, 1),
+            batch_size=res.batch_size,
+        ).model_dump()
+
+    def _edit_view(res: Result) -> tuple[str, bool, str]:
+        """(region to show, suppressed?, outcome label) for a next-edit result."""
+        c = res.completion
+        if c.finish_reason != "stop":
+            return c.region or "", True, "truncated"
+        if c.unchanged:
+            return c.region or "", True, "unchanged"
+        if not c.above_threshold:
+            return c.region or "", True, "below_threshold"
+        return c.text, False, "shown"
+
+    def _usage(res: Result) -> dict:
+        c = res.completion
+        return {
+            "prompt_tokens": c.prompt_tokens,
+            "completion_tokens": c.completion_tokens,
+            "total_tokens": c.prompt_tokens + c.completion_tokens,
+        }
+
+    def _log(request: Request, res: Result, **extra) -> None:
+        c = res.completion
+        request.state.log.update(
+            finish=c.finish_reason,
+            prompt_tokens=c.prompt_tokens,
+            completion_tokens=c.completion_tokens,
+            steps=c.steps,
+            queue_ms=round(res.queue_s * 1000, 1),
+            batch=res.batch_size,
+            score=round(c.score, 4),
+            **extra,
+        )
+        if c.finish_reason == "cancelled":
+            request.state.log["status"] = 499
+
+    def _shown_draft(kind: str, draft: str) -> str:
+        return format_edit_response(draft) if kind == "edit" else draft
+
+    def _chunk(
+        kind: str, meta: dict, text: str | None, finish: str | None, body, extra: dict | None = None
+    ) -> dict:
+        if kind == "fim":
+            choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+            out = {**meta, "object": "text_completion", "choices": [choice]}
+        else:
+            delta = {"role": "assistant", "content": text} if text is not None else {}
+            out = {
+                **meta,
+                "object": "edit.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        if body.include_usage:
+            out["usage"] = None
+        if extra:
+            out["editserver"] = extra
+        return out
+
+    def _final_chunks(request: Request, kind: str, body, meta: dict, res: Result) -> list[dict]:
+        c = res.completion
+        if kind == "edit":
+            shown, suppressed, outcome = _edit_view(res)
+            metrics.edit_outcomes.labels(outcome).inc()
+            _log(request, res, outcome=outcome)
+            text, info = format_edit_response(shown), _info(res, suppressed, c.text)
+        else:
+            _log(request, res)
+            text, info = c.text, _info(res)
+        chunks = []
+        if body.diffusing_stream:
+            chunks.append(_chunk(kind, meta, text, c.finish_reason, body, info))
+        else:
+            if text or kind == "edit":
+                chunks.append(_chunk(kind, meta, text, None, body))
+            chunks.append(_chunk(kind, meta, None if kind == "edit" else "", c.finish_reason, body, info))
+        if body.include_usage:
+            chunks.append({**meta, "object": chunks[0]["object"], "choices": [], "usage": _usage(res)})
+        return chunks
+
+    def _finish(request: Request, kind: str, body, meta: dict, res: Result) -> Response:
+        c = res.completion
+        if kind == "fim":
+            _log(request, res)
+            return JSONResponse(
+                {
+                    **meta,
+                    "object": "text_completion",
+                    "choices": [
+                        {"index": 0, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None}
+                    ],
+                    "usage": _usage(res),
+                    "editserver": _info(res),
+                },
+                headers={"X-Request-Id": meta["id"]},
+            )
+        shown, suppressed, outcome = _edit_view(res)
+        metrics.edit_outcomes.labels(outcome).inc()
+        _log(request, res, outcome=outcome)
+        return JSONResponse(
+            {
+                **meta,
+                "object": "edit.completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": format_edit_response(shown)},
+                        "finish_reason": c.finish_reason,
+                    }
+                ],
+                "usage": _usage(res),
+                "editserver": _info(res, suppressed, c.text),
+            },
+            headers={"X-Request-Id": meta["id"]},
+        )
+
+    # ---- routes --------------------------------------------------------------------------------
+    @app.post(
+        "/v1/fim/completions",
+        response_model=FimResponse,
+        responses={**ERRORS, **STREAMED},
+        dependencies=protected,
+        summary="Fill in the middle (Inception)",
+    )
+    async def fim_completions(body: FimBody, request: Request):
+        return await _run(request, body, "fim", "prompt")
+
+    @app.post(
+        "/v1/completions",
+        response_model=FimResponse,
+        responses={**ERRORS, **STREAMED},
+        dependencies=protected,
+        summary="OpenAI legacy completions with suffix (FIM)",
+    )
+    async def completions(body: FimBody, request: Request):
+        return await _run(request, body, "fim", "prompt")
+
+    @app.post(
+        "/v1/edit/completions",
+        response_model=EditResponse,
+        responses={**ERRORS, **STREAMED},
+        dependencies=protected,
+        summary="Next-edit prediction (Inception)",
+    )
+    async def edit_completions(body: EditBody, request: Request):
+        return await _run(request, body, "edit", "messages")
+
+    def _cards() -> list[ModelCard]:
+        names = [
+            settings.served_model_name,
+            *[a for a in settings.aliases if a != settings.served_model_name],
+        ]
+        return [
+            ModelCard(
+                id=n,
+                created=created,
+                owned_by="editserver",
+                root=settings.served_model_name,
+                context_length=engine.context_length,
+                max_output_length=cap,
+                features=FEATURES,
+            )
+            for n in names
+        ]
+
+    @app.get("/v1/models", response_model=ModelList, responses=ERRORS, dependencies=protected)
+    async def models() -> ModelList:
+        return ModelList(data=_cards())
+
+    @app.get(
+        "/v1/models/{model_id}",
+        response_model=ModelCard,
+        responses={**ERRORS, 404: {"model": ErrorResponse}},
+        dependencies=protected,
+    )
+    async def model_card(model_id: str) -> ModelCard:
+        for card in _cards():
+            if card.id == model_id:
+                return card
+        raise APIError(
+            404, f"the model '{model_id}' does not exist", "invalid_request_error", "model", "model_not_found"
+        )
+
+    @app.get("/health", response_model=Health)
+    async def health() -> Health:
+        return Health(
+            model=settings.served_model_name,
+            device=engine.device,
+            queue_depth=scheduler.depth,
+            running=scheduler.running,
+            meta={**engine.ck.meta, **settings.extra},
+        )
+
+    @app.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+    async def prometheus() -> Response:
+        data, content_type = metrics.render()
+        return Response(data, media_type=content_type)
+
+    return app

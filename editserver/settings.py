@@ -1,0 +1,47 @@
+"""Server settings: one typed object built from the command line (or by tests) and read everywhere.
+
+Design decisions:
+- A frozen dataclass, not environment magic: ``editserver serve`` fills it from argparse, tests and the
+  load benchmark build it directly, and ``create_app(settings)`` reads nothing else.
+- Defaults favour one developer machine: loopback only, a bounded queue (so overload is a fast 429,
+  never an ever-growing backlog), small opportunistic batches.
+- ``max_output_tokens`` caps every canvas (FIM ``max_tokens`` and the edit rewrite) so an operator can
+  bound worst-case latency on a CPU; requests asking for more are clamped, and the cap is what
+  ``/v1/models`` reports as ``max_output_length``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Inception's model names, accepted as aliases of whatever checkpoint is loaded (Zed sends
+# "mercury-coder", the Inception docs use "mercury-edit-2").
+MODEL_ALIASES = ("mercury-coder", "mercury-edit", "mercury-edit-2")
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"  # loopback only unless the user says otherwise
+    port: int = 8000
+    model: Path | None = None  # None: the shipped checkpoint (model/checkpoints/default)
+    device: str = "cpu"  # "cpu" | "cuda"
+    api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer <key>"
+    served_model_name: str = "editserver"  # the id /v1/models lists first
+    aliases: tuple[str, ...] = MODEL_ALIASES
+    max_queue: int = 64  # requests waiting (not yet running) before new ones get 429
+    max_batch: int = 8  # compatible queued requests decoded together in one batch
+    max_output_tokens: int | None = None  # canvas cap; None: the engine's own limit (1024)
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    log_level: str = "info"
+    extra: dict = field(default_factory=dict)  # free-form provenance shown by /health
+
+    def __post_init__(self) -> None:
+        if self.max_queue < 1:
+            raise ValueError("max_queue must be at least 1")
+        if self.max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        if self.max_output_tokens is not None and self.max_output_tokens < 1:
+            raise ValueError("max_output_tokens must be at least 1")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
