@@ -119,12 +119,13 @@ def choose_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token and its probability per position: greedy (argmax, softmax max) or tempered top-p sampling."""
     B, n, V = logits.shape
+    if temperature <= 0 or (top_p >= 1.0 and ops.fused_sampling(logits)):
+        # argmax (or, on the Triton path, Gumbel-max sampling) in one pass over V, penalty applied on read
+        tok, conf, _ = ops.token_confidence(logits, penalty, temperature, generator)
+        return tok, conf
     logits = logits.float()
     if penalty is not None:
         logits = logits - penalty[:, None, :]
-    if temperature <= 0:
-        tok, conf = ops.token_confidence(logits.reshape(B * n, V))
-        return tok.view(B, n), conf.view(B, n)
     probs = torch.softmax(logits / temperature, dim=-1)  # [B, n, V]
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)

@@ -77,7 +77,7 @@ class Attention(nn.Module):
         q = self.wq(x).view(B, L, self.n_heads, self.hd)
         k = self.wk(x).view(B, L, self.n_kv, self.hd)
         v = self.wv(x).view(B, L, self.n_kv, self.hd)
-        q, k = ops.rotary(q, cos, sin), ops.rotary(k, cos, sin)
+        q, k = ops.rotary(q, k, cos, sin)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, L, D]
 
     def forward(
@@ -87,13 +87,11 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         mask: torch.Tensor | None,
         past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        kv_lens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = self.project(x, cos, sin)
-        if past is not None:
-            k_all, v_all = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        else:
-            k_all, v_all = k, v
-        out = ops.attention(q, k_all, v_all, mask)  # [B, H, L, D]
+        # keys: [past ; k]; kv_lens marks the real tokens of the first segment (rows are right-padded)
+        out = ops.attention(q, k, v, mask, past=past, kv_lens=kv_lens)  # [B, H, L, D]
         B, _, L, _ = out.shape
         return self.wo(out.transpose(1, 2).reshape(B, L, -1)), k, v
 
@@ -117,10 +115,10 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x, cos, sin, mask, past=None):
-        h, k, v = self.attn(self.attn_norm(x), cos, sin, mask, past)
-        x = x + h
-        return x + self.ffn(self.ffn_norm(x)), k, v
+    def forward(self, x, cos, sin, mask, past=None, kv_lens=None):
+        h, k, v = self.attn(self.attn_norm(x), cos, sin, mask, past, kv_lens)
+        x, normed = ops.add_rmsnorm(x, h, self.ffn_norm.weight, self.ffn_norm.eps)  # x + h and its norm, fused
+        return x + self.ffn(normed), k, v
 
 
 class Transformer(nn.Module):
@@ -189,13 +187,13 @@ class Transformer(nn.Module):
         if lengths is None:
             lengths = torch.full((B,), Lc, device=ids.device)
         valid = torch.arange(Lc, device=ids.device)[None, :] < lengths[:, None]  # [B, Lc]
-        mask = None if bool(valid.all()) else valid[:, None, None, :]  # key padding only: [B,1,1,Lc]
+        kv_lens = None if bool(valid.all()) else lengths  # key padding only, given as lengths
         pos = torch.arange(Lc, device=ids.device).expand(B, Lc)
         cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
         x = self.embed(ids)
         keys, values = [], []
         for layer in self.layers:
-            x, k, v = layer(x, cos, sin, mask)
+            x, k, v = layer(x, cos, sin, None, kv_lens=kv_lens)
             keys.append(k)
             values.append(v)
         return KVCache(keys, values, valid, lengths)
@@ -208,11 +206,9 @@ class Transformer(nn.Module):
         # canvas positions continue right after each row's real context
         pos = cache.lengths[:, None] + torch.arange(N, device=canvas.device)[None, :]  # [B, N]
         cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
-        mask = None
-        if not bool(cache.valid.all()):
-            keep = torch.cat([cache.valid, cache.valid.new_ones(B, N)], dim=1)  # [B, Lc+N]
-            mask = keep[:, None, None, :]
+        # keys are [cached context ; canvas]; only the context can hold padding
+        kv_lens = None if bool(cache.valid.all()) else cache.lengths
         x = self.embed(canvas)
         for layer, k, v in zip(self.layers, cache.keys, cache.values):
-            x, _, _ = layer(x, cos, sin, mask, past=(k, v))
+            x, _, _ = layer(x, cos, sin, None, past=(k, v), kv_lens=kv_lens)
         return self.logits(x)
