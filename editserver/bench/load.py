@@ -1,0 +1,276 @@
+"""``editserver bench load``: N concurrent editor-like clients for T seconds against one server.
+
+Design decisions:
+- Loopback only and bounded: the URL must resolve to 127.0.0.1/localhost/::1, clients <= 64,
+  duration <= 600 s, every request has a timeout. It measures *our* server, never anything remote.
+- Either against a running server (``--url``) or a self-started one (``--model``; ``LocalServer``
+  runs ``editserver serve`` as a subprocess on a free port, exactly as a user would). Tests reuse
+  ``LocalServer`` to start real servers.
+- Clients are closed-loop (send, wait, send again) like an editor with one request in flight; each
+  alternates FIM and next-edit requests unless ``--kind`` picks one. When time is up no new request is
+  started and in-flight ones finish (bounded by the request timeout).
+- Reported: completed requests, throughput (req/s and completion tokens/s), latency p50/p95/max,
+  errors (HTTP status != 200, by status) and lost requests (sent, never answered: timeouts, resets).
+  The server's own request counter (``/metrics``) is compared with what clients sent, so a request
+  the server dropped silently also shows up as lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+MAX_CLIENTS, MAX_DURATION = 64, 600.0
+
+FIM_PREFIX = '''import json
+from pathlib import Path
+
+
+def load_config(path: Path) -> dict:
+    """Read a JSON config file and fill in defaults."""
+    data = json.loads(path.read_text())
+    data.setdefault("name", path.stem)
+'''
+FIM_SUFFIX = "\n    return data\n"
+
+
+def edit_prompt() -> str:
+    from model.prompt import EditPrompt, Snippet, build_prompt, unified_diff
+
+    region = "def area(width, height):\n    return width * height\n\n\nprint(area(2, <|c|>3))\n"
+    cursor = region.index("<|c|>")
+    return build_prompt(
+        EditPrompt(
+            file_path="geometry.py",
+            above="import math\n\n",
+            region=region.replace("<|c|>", ""),
+            cursor=cursor,
+            below="",
+            snippets=[Snippet("shapes.py", "class Square:\n    side: float\n")],
+            history=unified_diff("geometry.py", "def area(w, h):\n", "def area(width, height):\n"),
+        )
+    )
+
+
+# ---- a real server process ---------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalServer:
+    """``editserver serve`` in a subprocess on a free loopback port; a context manager.
+
+    stderr (the JSON request log) goes to ``log_path``; ``__enter__`` returns once ``/health`` answers.
+    """
+
+    def __init__(self, args: list[str] | None = None, startup_timeout: float = 180.0, threads: int = 1):
+        self.args = list(args or [])
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.startup_timeout = startup_timeout
+        self.threads = threads
+        self.proc: subprocess.Popen | None = None
+        self._log = tempfile.NamedTemporaryFile(prefix="editserver-", suffix=".log", delete=False)
+        self.log_path = Path(self._log.name)
+
+    def __enter__(self) -> LocalServer:
+        import httpx
+
+        exe = Path(sys.executable).with_name("editserver")
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "editserver.cli"]
+        cmd += ["serve", "--port", str(self.port), "--threads", str(self.threads), *self.args]
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"editserver serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.__exit__(None, None, None)
+        raise TimeoutError(f"editserver serve did not answer within {self.startup_timeout}s:\n{self.log()}")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
+# ---- the load ----------------------------------------------------------------------------------
+@dataclass
+class LoadReport:
+    clients: int
+    duration_s: float
+    elapsed_s: float
+    sent: int = 0
+    completed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # HTTP status -> count
+    lost: int = 0  # sent and never answered (timeouts, connection errors)
+    server_answered: int | None = None  # the server's own count for the load's endpoints
+    completion_tokens: int = 0
+    latencies_ms: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def throughput_rps(self) -> float:
+        return self.completed / self.elapsed_s if self.elapsed_s else 0.0
+
+    def summary(self) -> dict:
+        lat = sorted(self.latencies_ms)
+
+        def pct(p: float) -> float | None:
+            return round(lat[min(len(lat) - 1, int(p * len(lat)))], 1) if lat else None
+
+        d = {k: v for k, v in asdict(self).items() if k != "latencies_ms"}
+        d.update(
+            throughput_rps=round(self.throughput_rps, 2),
+            tokens_per_s=round(self.completion_tokens / self.elapsed_s, 1) if self.elapsed_s else 0.0,
+            p50_ms=pct(0.50),
+            p95_ms=pct(0.95),
+            max_ms=round(lat[-1], 1) if lat else None,
+            mean_ms=round(statistics.fmean(lat), 1) if lat else None,
+            error_count=sum(self.errors.values()),
+        )
+        return d
+
+
+ENDPOINTS = {"fim": "/v1/fim/completions", "edit": "/v1/edit/completions"}
+
+
+def _answered(metrics_text: str) -> int:
+    total = 0
+    for m in re.finditer(
+        r'^editserver_requests_total\{endpoint="([^"]+)",status="\d+"\} ([0-9.e+]+)$', metrics_text, re.M
+    ):
+        if m.group(1) in ENDPOINTS.values():
+            total += int(float(m.group(2)))
+    return total
+
+
+async def run_load(
+    url: str,
+    clients: int = 16,
+    duration: float = 30.0,
+    kind: str = "mixed",
+    max_tokens: int = 32,
+    timeout: float = 120.0,
+    api_key: str | None = None,
+) -> LoadReport:
+    import httpx
+
+    host = urlparse(url).hostname
+    if host not in LOOPBACK:
+        raise ValueError(f"load tests run against loopback only, not {host!r}")
+    if not 1 <= clients <= MAX_CLIENTS or not 0 < duration <= MAX_DURATION:
+        raise ValueError(f"clients must be 1..{MAX_CLIENTS} and duration 0..{MAX_DURATION}s")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    prompt = edit_prompt()
+    bodies = {
+        "fim": {
+            "model": "mercury-coder",
+            "prompt": FIM_PREFIX,
+            "suffix": FIM_SUFFIX,
+            "max_tokens": max_tokens,
+            "stop": ["\n\n"],
+        },
+        "edit": {
+            "model": "mercury-coder",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens * 4,
+            "stream": False,
+        },
+    }
+    kinds = ["fim", "edit"] if kind == "mixed" else [kind]
+    limits = httpx.Limits(max_connections=clients + 2)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, headers=headers, limits=limits) as http:
+        before = _answered((await http.get("/metrics")).text)
+        report = LoadReport(clients=clients, duration_s=duration, elapsed_s=0.0)
+        t0 = time.perf_counter()
+        deadline = t0 + duration
+
+        async def client(i: int) -> None:
+            n = i  # stagger the kinds across clients
+            while time.perf_counter() < deadline:
+                k = kinds[n % len(kinds)]
+                n += 1
+                report.sent += 1
+                start = time.perf_counter()
+                try:
+                    r = await http.post(ENDPOINTS[k], json=bodies[k])
+                except httpx.HTTPError:
+                    report.lost += 1
+                    continue
+                if r.status_code != 200:
+                    report.errors[str(r.status_code)] = report.errors.get(str(r.status_code), 0) + 1
+                    continue
+                report.completed += 1
+                report.latencies_ms.append((time.perf_counter() - start) * 1000)
+                report.completion_tokens += r.json()["usage"]["completion_tokens"]
+
+        await asyncio.gather(*(client(i) for i in range(clients)))
+        report.elapsed_s = time.perf_counter() - t0
+        report.server_answered = _answered((await http.get("/metrics")).text) - before
+    return report
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("load", help="concurrent clients against a local server: throughput, p50/p95, errors")
+    p.add_argument("--url", default=None, help="a running server on loopback (default: start one)")
+    p.add_argument("--model", type=Path, default=None, help="checkpoint for the self-started server")
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--duration", type=float, default=30.0, help="seconds")
+    p.add_argument("--kind", choices=["mixed", "fim", "edit"], default="mixed")
+    p.add_argument("--max-tokens", type=int, default=32, help="FIM max_tokens (edits get 4x)")
+    p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the self-started server")
+    p.add_argument("--server-arg", action="append", default=[], help="extra 'editserver serve' argument")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--json", type=Path, default=None, help="also write the report here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    def go(url: str) -> LoadReport:
+        return asyncio.run(
+            run_load(url, args.clients, args.duration, args.kind, args.max_tokens, args.timeout, args.api_key)
+        )
+
+    if args.url:
+        report = go(args.url)
+    else:
+        server_args = (["--model", str(args.model)] if args.model else []) + args.server_arg
+        with LocalServer(server_args, threads=args.threads) as server:
+            report = go(server.url)
+    summary = report.summary()
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    ok = not report.errors and report.lost == 0 and report.server_answered in (None, report.sent)
+    return 0 if ok else 1
