@@ -1,0 +1,1 @@
+"""editserver's language server (pygls): documents in, inline completions and next edits out."""

@@ -1,0 +1,286 @@
+"""HTTP client for the editserver API, with autostart and a failure/recovery state machine.
+
+Design decisions:
+- The LSP reaches the model only over HTTP (``/v1/fim/completions``, ``/v1/edit/completions``,
+  ``/health``), exactly as any other client would, so the server can be shared or remote.
+- Autostart: when nothing answers ``/health`` at the configured URL, the URL is on this machine and
+  autostart is on, we start ``editserver serve`` as a child process (same interpreter), wait for
+  ``/health`` in the background and stop it when the LSP exits. On Linux the child also gets
+  ``PR_SET_PDEATHSIG`` so a killed LSP never leaves a model server behind.
+- Failure never blocks typing: while the server is down (or still starting) every call returns
+  ``None`` at once without touching the network, a single background loop polls ``/health``, and
+  the first success flips the state back to ``ready``. The user hears about an outage once (one
+  ``window/showMessage`` per outage, not per keystroke) and again once when it is over; status-bar
+  clients get ``editserver/status`` on every state change.
+- Slow answers are cut by a per-call timeout (the FIM one is short); repeated timeouts produce one
+  "slow" message, then stay quiet until a call succeeds again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+STARTING, READY, UNREACHABLE, DISABLED = "starting", "ready", "unreachable", "disabled"
+MODEL_NAME = "editserver"
+HEALTH_POLL_S = 1.0  # recovery probe period while the server is down
+AUTOSTART_WAIT_S = 300.0  # loading a checkpoint on a busy CPU can take a while
+SLOW_TIMEOUTS = 2  # consecutive timeouts before the one "slow" message
+
+
+@dataclass
+class EditAnswer:
+    region: str | None  # the rewritten region (code fence removed); None if the reply had no fence
+    score: float
+    above_threshold: bool
+    raw: dict
+
+
+def strip_fence(content: str) -> str | None:
+    """The region inside the assistant's code fence (```` ```\\nREGION\\n``` ````)."""
+    start = content.find("```")
+    if start < 0:
+        return None
+    nl = content.find("\n", start)
+    if nl < 0:
+        return None
+    end = content.rfind("```")
+    if end <= nl:
+        return content[nl + 1 :]
+    return content[nl + 1 : end]
+
+
+def _find_score(body: dict) -> tuple[float, bool]:
+    """The suggestion's score and threshold verdict, wherever the server put them."""
+    choice = (body.get("choices") or [{}])[0]
+    places = [choice, body]
+    for d in (choice, body):
+        for key in ("editserver", "metadata", "edit", "suggestion"):
+            if isinstance(d.get(key), dict):
+                places.append(d[key])
+    score, above = None, None
+    for d in places:
+        if score is None and isinstance(d.get("score"), (int, float)):
+            score = float(d["score"])
+        if above is None and isinstance(d.get("above_threshold"), bool):
+            above = d["above_threshold"]
+    return (score if score is not None else 0.0), (above if above is not None else True)
+
+
+def _pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class ModelClient:
+    def __init__(
+        self,
+        server_url: str,
+        autostart: bool = True,
+        model_dir: str | None = None,
+        on_state: Callable[[str, str | None], None] | None = None,
+        on_message: Callable[[int, str], None] | None = None,
+        serve_log: str | None = None,
+    ):
+        self.server_url = server_url.rstrip("/")
+        self.autostart = autostart
+        self.model_dir = model_dir
+        self.on_state = on_state or (lambda s, m: None)
+        self.on_message = on_message or (lambda t, m: None)
+        self.serve_log = serve_log
+        self.state = STARTING
+        self.child: subprocess.Popen | None = None
+        self.restarts = 0
+        self._http = httpx.AsyncClient(timeout=10.0, trust_env=False)
+        self._recovery: asyncio.Task | None = None
+        self._outage_told = False
+        self._timeouts = 0
+        self._slow_told = False
+        self.last_latency_ms: float | None = None
+
+    # ---- state ---------------------------------------------------------------------------------
+    def _set_state(self, state: str, message: str | None = None) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        self.on_state(state, message)
+
+    async def health(self, timeout: float = 1.0) -> bool:
+        try:
+            r = await self._http.get(self.server_url + "/health", timeout=timeout)
+            return r.status_code == 200
+        except (httpx.HTTPError, OSError):
+            return False
+
+    async def start(self) -> None:
+        """Find (or start) the server; never raises. Runs the wait in the background."""
+        if await self.health():
+            self._set_state(READY)
+            return
+        if self.autostart and self._local():
+            self._spawn()
+            self._set_state(STARTING, f"starting editserver at {self.server_url}")
+        else:
+            self._down(f"editserver is not reachable at {self.server_url}")
+        self._ensure_recovery()
+
+    def _local(self) -> bool:
+        host = urlparse(self.server_url).hostname or ""
+        return host in ("127.0.0.1", "localhost", "::1")
+
+    def _spawn(self) -> None:
+        u = urlparse(self.server_url)
+        cmd = [sys.executable, "-m", "editserver.cli", "serve", "--host", u.hostname or "127.0.0.1"]
+        cmd += ["--port", str(u.port or 80)]
+        if self.model_dir:
+            cmd += ["--model", self.model_dir]
+        out = open(self.serve_log, "ab") if self.serve_log else subprocess.DEVNULL  # noqa: SIM115
+        log.info("autostart: %s", " ".join(cmd))
+        self.child = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT if self.serve_log else subprocess.DEVNULL,
+            preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def _down(self, message: str) -> None:
+        if not self._outage_told:
+            self._outage_told = True
+            self.on_message(2, message + "; suggestions are paused and resume by themselves when it is back.")
+        self._set_state(UNREACHABLE, message)
+
+    def _ensure_recovery(self) -> None:
+        if self._recovery is None or self._recovery.done():
+            self._recovery = asyncio.ensure_future(self._recover())
+
+    async def _recover(self) -> None:
+        started = time.monotonic()
+        while True:
+            if await self.health():
+                was_down = self._outage_told
+                self._outage_told = False
+                self._set_state(READY, f"editserver is ready at {self.server_url}")
+                if was_down:
+                    self.on_message(3, f"editserver is reachable again at {self.server_url}.")
+                return
+            if self.child is not None and self.child.poll() is not None:
+                code = self.child.returncode
+                self.child = None
+                if self.restarts < 2 and self.autostart:
+                    self.restarts += 1
+                    self._spawn()
+                else:
+                    self._down(f"the editserver child process exited with code {code}")
+            elif self.state == STARTING and time.monotonic() - started > AUTOSTART_WAIT_S:
+                self._down(f"editserver did not become healthy within {AUTOSTART_WAIT_S:.0f} s")
+            await asyncio.sleep(HEALTH_POLL_S)
+
+    def nudge(self) -> None:
+        """Make sure a recovery probe is running (cheap; called by requests made while down)."""
+        if self.state != READY:
+            self._ensure_recovery()
+
+    # ---- calls ---------------------------------------------------------------------------------
+    async def _post(self, path: str, body: dict, timeout_s: float) -> dict | None:
+        if self.state != READY:
+            self._ensure_recovery()
+            return None
+        t0 = time.perf_counter()
+        try:
+            r = await self._http.post(self.server_url + path, json=body, timeout=timeout_s)
+        except httpx.TimeoutException:
+            self._timeouts += 1
+            if self._timeouts >= SLOW_TIMEOUTS and not self._slow_told:
+                self._slow_told = True
+                self.on_message(
+                    2,
+                    f"editserver is answering slower than {timeout_s:.1f} s; suggestions are skipped meanwhile.",
+                )
+            return None
+        except (httpx.HTTPError, OSError) as e:
+            self._down(f"editserver is not reachable at {self.server_url} ({type(e).__name__})")
+            self._ensure_recovery()
+            return None
+        self.last_latency_ms = (time.perf_counter() - t0) * 1000
+        self._timeouts, self._slow_told = 0, False
+        if r.status_code != 200:
+            log.warning("%s -> HTTP %s: %s", path, r.status_code, r.text[:500])
+            return None
+        try:
+            return r.json()
+        except ValueError:
+            log.warning("%s -> invalid JSON", path)
+            return None
+
+    async def fim(
+        self, prefix: str, suffix: str, max_tokens: int, stop: list[str], timeout_s: float
+    ) -> str | None:
+        body = {
+            "model": MODEL_NAME,
+            "prompt": prefix,
+            "suffix": suffix,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stop": stop,
+            "stream": False,
+        }
+        res = await self._post("/v1/fim/completions", body, timeout_s)
+        if not res:
+            return None
+        try:
+            return str(res["choices"][0]["text"])
+        except (KeyError, IndexError, TypeError):
+            log.warning("FIM reply without choices[0].text: %s", str(res)[:300])
+            return None
+
+    async def edit(self, prompt: str, timeout_s: float) -> EditAnswer | None:
+        body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": prompt}]}
+        res = await self._post("/v1/edit/completions", body, timeout_s)
+        if not res:
+            return None
+        try:
+            content = res["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            log.warning("edit reply without choices[0].message.content: %s", str(res)[:300])
+            return None
+        score, above = _find_score(res)
+        return EditAnswer(strip_fence(content or ""), score, above, res)
+
+    async def close(self) -> None:
+        if self._recovery is not None:
+            self._recovery.cancel()
+        await self._http.aclose()
+        self.stop_child()
+
+    def stop_child(self) -> None:
+        child, self.child = self.child, None
+        if child is None or child.poll() is not None:
+            return
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+    def info(self) -> dict[str, Any]:
+        return {"state": self.state, "latencyMs": self.last_latency_ms}

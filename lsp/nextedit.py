@@ -1,0 +1,176 @@
+"""Next-edit suggestions: prompts from history and syntax, minimal edits, multi-location ranking.
+
+Design decisions:
+- Regions asked about: the syntax-snapped region at the cursor, plus candidate regions elsewhere in
+  the file (lsp/context.py): occurrences of identifiers the latest edits removed (the old name of a
+  rename) and call sites of the function whose definition header was just edited (a dependent
+  change). All prompts go to ``/v1/edit/completions`` concurrently, so the server can batch them.
+- Each prompt is Inception's layout (``model.prompt.build_prompt``): recently viewed snippets
+  (including definitions from other open files), the current file clipped to ``context_lines`` around
+  the region, the region with ``<|cursor|>`` (at the cursor, or at the occurrence for candidates) and
+  the coalesced edit history as unified diffs.
+- A rewritten region becomes minimal range edits: a line diff (difflib) first, then each changed
+  block trimmed to the characters that really differ, so clients show small, precise edits and an
+  unchanged line is never touched.
+- Selectivity: answers the server marks below its threshold, unchanged regions and regions whose
+  rewrite does not parse into edits are dropped; the rest are ranked by score, best first. The reply's
+  ``score`` is the best kept region's score (0 when nothing is kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from dataclasses import dataclass, field
+
+from lsp.client import EditAnswer, ModelClient
+from lsp.context import ParsedDocument, Region, candidate_regions, snap_region
+from lsp.documents import Document
+from model.prompt import EditPrompt, Snippet, build_prompt
+
+
+@dataclass
+class RangeEdit:
+    start: int  # code point offsets in the document
+    end: int
+    new_text: str
+
+
+@dataclass
+class RegionResult:
+    region: Region
+    prompt: str
+    original: str
+    rewritten: str | None
+    score: float
+    above_threshold: bool
+    edits: list[RangeEdit] = field(default_factory=list)
+
+
+def region_offsets(doc: Document, region: Region) -> tuple[int, int]:
+    """Code point [start, end) of a whole-line region, including its last line break."""
+    start, _ = doc.line_bounds(region.first_line)
+    if region.last_line + 1 < doc.line_count:
+        end, _ = doc.line_bounds(region.last_line + 1)
+    else:
+        end = len(doc.text)
+    return start, end
+
+
+def build_region_prompt(
+    doc: Document,
+    path: str,
+    region: Region,
+    cursor: int,
+    snippets: list[Snippet],
+    history: str,
+    context_lines: int,
+) -> tuple[str, int, str]:
+    """(prompt, region start offset, region text) for one region; ``cursor`` is a document offset."""
+    start, end = region_offsets(doc, region)
+    above_start, _ = doc.line_bounds(max(0, region.first_line - context_lines))
+    below_last = min(doc.line_count - 1, region.last_line + context_lines)
+    _, below_end = doc.line_bounds(below_last)
+    region_text = doc.text[start:end]
+    p = EditPrompt(
+        file_path=path,
+        above=doc.text[above_start:start],
+        region=region_text,
+        cursor=max(0, min(cursor - start, len(region_text))),
+        below=doc.text[end:below_end],
+        snippets=snippets,
+        history=history,
+    )
+    return build_prompt(p), start, region_text
+
+
+def minimal_edits(original: str, rewritten: str, base: int = 0) -> list[RangeEdit]:
+    """The smallest range edits that turn ``original`` into ``rewritten`` (offsets shifted by base)."""
+    if original == rewritten:
+        return []
+    a = original.splitlines(keepends=True)
+    b = rewritten.splitlines(keepends=True)
+    offs = [0]
+    for line in a:
+        offs.append(offs[-1] + len(line))
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
+        p = 0
+        while p < len(old) and p < len(new) and old[p] == new[p]:
+            p += 1
+        s = 0
+        while s < len(old) - p and s < len(new) - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
+            s += 1
+        out.append(RangeEdit(base + offs[i1] + p, base + offs[i2] - s, new[p : len(new) - s]))
+    return out
+
+
+def _normalise(rewritten: str, original: str) -> str:
+    """Match the original's trailing newline so a missing final newline is not an edit."""
+    if original.endswith("\n") and not rewritten.endswith("\n"):
+        return rewritten + "\n"
+    if not original.endswith("\n") and rewritten.endswith("\n"):
+        return rewritten[:-1]
+    return rewritten
+
+
+def plan_regions(
+    doc: Document,
+    parsed: ParsedDocument | None,
+    cursor: int,
+    names: set[str],
+    min_lines: int,
+    max_lines: int,
+    max_candidates: int,
+) -> list[tuple[Region, int]]:
+    """(region, cursor offset for its prompt): the cursor's region first, then candidates."""
+    line, _ = doc.position_at(cursor)
+    main = snap_region(doc, parsed, line, min_lines, max_lines)
+    out = [(main, cursor)]
+    for r in candidate_regions(doc, parsed, names, main, max_candidates):
+        at = _first_occurrence(doc, r, names)
+        out.append((r, at))
+    return out
+
+
+def _first_occurrence(doc: Document, region: Region, names: set[str]) -> int:
+    start, end = region_offsets(doc, region)
+    text = doc.text[start:end]
+    hits = [text.find(n) for n in names if text.find(n) >= 0]
+    return start + (min(hits) if hits else 0)
+
+
+async def ask_regions(
+    client: ModelClient,
+    doc: Document,
+    path: str,
+    plans: list[tuple[Region, int]],
+    snippets: list[Snippet],
+    history: str,
+    context_lines: int,
+    timeout_s: float,
+) -> list[RegionResult]:
+    """Ask the model about every region concurrently; results in the order of ``plans``."""
+    prompts = [build_region_prompt(doc, path, r, at, snippets, history, context_lines) for r, at in plans]
+    answers: list[EditAnswer | None] = await asyncio.gather(
+        *(client.edit(p, timeout_s) for p, _, _ in prompts)
+    )
+    results = []
+    for (region, _), (prompt, start, original), ans in zip(plans, prompts, answers):
+        if ans is None:
+            continue
+        rewritten = None if ans.region is None else _normalise(ans.region, original)
+        edits = minimal_edits(original, rewritten, start) if rewritten is not None else []
+        results.append(
+            RegionResult(region, prompt, original, rewritten, ans.score, ans.above_threshold, edits)
+        )
+    return results
+
+
+def rank(results: list[RegionResult]) -> list[RegionResult]:
+    """Kept results (cleared the threshold and changed something), best score first."""
+    kept = [r for r in results if r.above_threshold and r.edits]
+    return sorted(kept, key=lambda r: -r.score)

@@ -1,0 +1,557 @@
+"""The editserver language server: documents in, FIM and next-edit suggestions out (pygls 2.x).
+
+Design decisions:
+- ``create_server()`` builds a fresh ``EditLanguageServer``; handlers are thin and delegate to the
+  modules that own each concern (documents, history, context, completion, nextedit, telemetry,
+  client, settings). All handlers run on pygls' asyncio loop, so state needs no locks.
+- Position encoding: pygls picks the client's first supported encoding; we move UTF-8 to the front
+  whenever the client offers it, because tree-sitter and the HTTP payloads are UTF-8 anyway.
+- Custom requests and notifications (``editserver/*``, ``textDocument/copilotInlineEdit``) keep their
+  params as plain JSON dicts (a custom converter hook), validated here with clear LSP errors.
+- The nextEdit reply carries, beside the contract's ``{id, edits, score}``, a diagnostic ``regions``
+  list (which places were asked about, their score and whether they were kept); clients ignore it.
+- Status: ``editserver/status`` on every client state change and after every model call (with the
+  call's latency); state ``disabled`` when both features are off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import uuid
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    LanguageServerProtocol,
+    default_converter,
+)
+from pygls.protocol.language_server import lsp_method
+from pygls.uris import to_fs_path
+
+from lsp import completion as fim
+from lsp.client import DISABLED, READY, ModelClient
+from lsp.context import ParsedDocument, definitions_for, grammar_name, node_name
+from lsp.documents import UTF8, UTF16, UTF32, DocumentStore
+from lsp.history import EditHistory, RecentlyViewed
+from lsp.nextedit import RegionResult, ask_regions, plan_regions, rank
+from lsp.settings import Settings, parse_settings, settings_from_change
+from lsp.telemetry import Telemetry
+from model.prompt import Snippet
+
+log = logging.getLogger(__name__)
+
+NEXT_EDIT = "editserver/nextEdit"
+COPILOT_INLINE_EDIT = "textDocument/copilotInlineEdit"
+INLINE_ACCEPTED = "editserver.inlineAccepted"
+STATUS = "editserver/status"
+DOCUMENT_STATE = "editserver/documentState"
+
+
+class _Protocol(LanguageServerProtocol):
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        general = params.capabilities.general
+        if general is not None and general.position_encodings and UTF8 in general.position_encodings:
+            general.position_encodings = [UTF8, *[e for e in general.position_encodings if e != UTF8]]
+        return (yield from super().lsp_initialize(params))
+
+
+def _converter():
+    """pygls' converter, but unknown methods keep their params as dicts (not namedtuples)."""
+    conv = default_converter()
+    conv.register_structure_hook(JsonRPCRequestMessage, lambda obj, cls: cls(**obj))
+    conv.register_structure_hook(JsonRPCNotification, lambda obj, cls: cls(**obj))
+    return conv
+
+
+def _invalid(message: str) -> JsonRpcInvalidParams:
+    return JsonRpcInvalidParams(message)
+
+
+def _position(p: Any, where: str) -> tuple[int, int]:
+    if not isinstance(p, dict) or not all(
+        isinstance(p.get(k), int) and p[k] >= 0 for k in ("line", "character")
+    ):
+        raise _invalid(f"{where}: position must be {{line, character}} with non-negative integers")
+    return p["line"], p["character"]
+
+
+class EditLanguageServer(LanguageServer):
+    def __init__(
+        self, server_url: str | None = None, autostart: bool | None = None, model_dir: str | None = None
+    ):
+        super().__init__("editserver", "0.1.0", protocol_cls=_Protocol, converter_factory=_converter)
+        self.cli_server_url, self.cli_autostart, self.model_dir = server_url, autostart, model_dir
+        self.settings = Settings()
+        self.docs = DocumentStore()
+        self.parsed: dict[str, ParsedDocument] = {}
+        self.history = EditHistory()
+        self.viewed = RecentlyViewed()
+        self.fim = fim.FimScheduler()
+        self.telemetry = Telemetry(None, enabled=False)
+        self.client: ModelClient | None = None
+        self.pending_warnings: list[str] = []
+        self.root = ""
+
+    # ---- settings and status -------------------------------------------------------------------
+    def apply_settings(self, raw: Any, initial: bool = False) -> list[str]:
+        base = Settings()
+        if self.cli_server_url:
+            base = _replace(base, server_url=self.cli_server_url)
+        if self.cli_autostart is not None:
+            base = _replace(base, autostart=self.cli_autostart)
+        settings, warnings = parse_settings(raw, base if initial else self.settings)
+        old = self.settings
+        self.settings = settings
+        self.history.max_events = settings.history_events
+        self.telemetry.configure(settings.telemetry.path, settings.telemetry.enabled)
+        if not initial and self.client is not None:
+            if settings.server_url != old.server_url or settings.autostart != old.autostart:
+                asyncio.ensure_future(self._restart_client())
+            self.send_status()
+        return warnings
+
+    async def _restart_client(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+        self.client = self._make_client()
+        await self.client.start()
+
+    def _make_client(self) -> ModelClient:
+        return ModelClient(
+            self.settings.server_url,
+            self.settings.autostart,
+            self.model_dir,
+            on_state=lambda s, m: self.send_status(),
+            on_message=self.show,
+            serve_log=os.environ.get("EDITSERVER_LSP_SERVE_LOG"),
+        )
+
+    def show(self, kind: int, message: str) -> None:
+        self.window_show_message(types.ShowMessageParams(type=types.MessageType(kind), message=message))
+
+    def send_status(self) -> None:
+        if not (self.settings.enable_fim or self.settings.enable_next_edit):
+            state, latency = DISABLED, None
+        elif self.client is None:
+            return
+        else:
+            state, latency = self.client.state, self.client.last_latency_ms
+        payload: dict[str, Any] = {"state": state}
+        if latency is not None:
+            payload["latencyMs"] = round(latency, 1)
+        self.protocol.notify(STATUS, payload)
+
+    def path_of(self, uri: str) -> str:
+        try:
+            path = to_fs_path(uri) or uri
+        except Exception:
+            path = uri
+        if self.root and path.startswith(self.root.rstrip("/") + "/"):
+            return os.path.relpath(path, self.root)
+        return path
+
+    def others(self, uri: str) -> list[tuple[str, Any, ParsedDocument]]:
+        return [
+            (self.path_of(u), self.docs.docs[u], p)
+            for u, p in self.parsed.items()
+            if u != uri and u in self.docs.docs
+        ]
+
+    def doc_for(self, uri: Any, where: str):
+        if not isinstance(uri, str):
+            raise _invalid(f"{where}: textDocument.uri must be a string")
+        doc = self.docs.get(uri)
+        if doc is None:
+            raise _invalid(f"{where}: document {uri} is not open (send textDocument/didOpen first)")
+        return doc
+
+    def active(self, feature: bool, doc) -> bool:
+        return (
+            feature
+            and self.settings.handles(doc.language_id)
+            and self.client is not None
+            and self.client.state == READY
+        )
+
+
+def _replace(s: Settings, **kw) -> Settings:
+    return dataclasses.replace(s, **kw)
+
+
+def create_server(
+    server_url: str | None = None, autostart: bool | None = None, model_dir: str | None = None
+) -> EditLanguageServer:
+    """A fresh server; CLI flags (when given) override the defaults that client options start from."""
+    server = EditLanguageServer(server_url, autostart, model_dir)
+    _register_documents(server)
+    _register_completion(server)
+    _register_next_edit(server)
+    _register_telemetry(server)
+    _register_diagnostics(server)
+    return server
+
+
+# ---- lifecycle and documents --------------------------------------------------------------------
+def _register_documents(ls: EditLanguageServer) -> None:
+    @ls.feature(types.INITIALIZE)
+    def initialize(params: types.InitializeParams) -> None:
+        ls.pending_warnings = ls.apply_settings(params.initialization_options, initial=True)
+        enc = ls.workspace.position_encoding
+        ls.docs.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(str(getattr(enc, "value", enc)), UTF16)
+        ls.root = (to_fs_path(params.root_uri) if params.root_uri else params.root_path) or ""
+
+    @ls.feature(types.INITIALIZED)
+    async def initialized(params: types.InitializedParams) -> None:
+        for w in ls.pending_warnings:
+            ls.show(2, w)
+        ls.client = ls._make_client()
+        ls.send_status()
+        await ls.client.start()
+
+    @ls.feature(types.SHUTDOWN)
+    async def shutdown(*args) -> None:
+        if ls.client is not None:
+            await ls.client.close()
+        ls.telemetry.close()
+
+    @ls.feature(types.EXIT)
+    def exit_(*args) -> None:
+        if ls.client is not None:
+            ls.client.stop_child()
+
+    @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
+        for w in ls.apply_settings(settings_from_change(params.settings)):
+            ls.show(2, w)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(params: types.DidOpenTextDocumentParams) -> None:
+        td = params.text_document
+        doc = ls.docs.open(td.uri, td.text, td.version, td.language_id)
+        grammar = grammar_name(td.language_id, td.uri)
+        if grammar is not None:
+            ls.parsed[td.uri] = ParsedDocument(grammar, doc.text)
+        ls.viewed.view(td.uri, ls.path_of(td.uri), doc.text, 0)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(params: types.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        doc = ls.docs.get(uri)
+        if doc is None:
+            log.warning("didChange for unopened %s", uri)
+            return
+        parsed = ls.parsed.get(uri)
+        for change in params.content_changes:
+            before = doc.text
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                r = change.range
+                edit = doc.apply(change.text, (r.start.line, r.start.character, r.end.line, r.end.character))
+                full = False
+            else:
+                edit = doc.apply(change.text, None)
+                full = True
+            if parsed is not None:
+                parsed.update(edit, doc.text, full=full)
+            ls.history.record(uri, ls.path_of(uri), before, doc.text, edit.start, edit.new_end)
+        doc.version = params.text_document.version
+        ls.fim.cancel_inflight(uri)  # a newer keystroke makes in-flight completions stale
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(params: types.DidSaveTextDocumentParams) -> None:
+        log.debug("saved %s", params.text_document.uri)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.docs.close(uri)
+        ls.parsed.pop(uri, None)
+        ls.fim.forget(uri)
+
+
+# ---- inline completion --------------------------------------------------------------------------
+def _register_completion(ls: EditLanguageServer) -> None:
+    @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(params: types.InlineCompletionParams) -> types.InlineCompletionList:
+        empty = types.InlineCompletionList(items=[])
+        uri = params.text_document.uri
+        doc = ls.doc_for(uri, "textDocument/inlineCompletion")
+        offset = doc.offset_at(params.position.line, params.position.character)
+        prefix, suffix = doc.text[:offset], doc.text[offset:]
+        if not ls.settings.enable_fim or not ls.settings.handles(doc.language_id):
+            return empty
+        ls.viewed.view(uri, ls.path_of(uri), doc.text, params.position.line)
+        cached = ls.fim.from_cache(uri, prefix, suffix)
+        if cached is None:
+            if ls.client is None or ls.client.state != READY:
+                if ls.client is not None:
+                    ls.client.nudge()  # never waits: recovery runs in the background
+                return empty
+            ticket = ls.fim.begin(uri)
+            task = asyncio.ensure_future(_fim_work(ls, doc, offset, prefix, suffix, ticket))
+            ls.fim.inflight[uri] = task
+            try:
+                cached = await task
+            except asyncio.CancelledError:
+                task.cancel()
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # $/cancelRequest: pygls answers RequestCancelled
+                return empty  # superseded by a newer keystroke or request
+            if cached is None:
+                return empty
+        pos = params.position
+        return types.InlineCompletionList(
+            items=[
+                types.InlineCompletionItem(
+                    insert_text=cached.text,
+                    range=types.Range(start=pos, end=pos),
+                    command=types.Command(
+                        title="Accept", command=INLINE_ACCEPTED, arguments=[{"id": cached.id}]
+                    ),
+                )
+            ]
+        )
+
+
+async def _fim_work(ls: EditLanguageServer, doc, offset: int, prefix: str, suffix: str, ticket: int):
+    s = ls.settings
+    version = doc.version
+    if s.debounce_ms:
+        await asyncio.sleep(s.debounce_ms / 1000)
+    if not ls.fim.current(doc.uri, ticket) or doc.version != version:
+        return None
+    grammar = grammar_name(doc.language_id, doc.uri) or doc.language_id
+    line, _ = doc.position_at(offset)
+    line_start, _ = doc.line_bounds(line)
+    line_prefix = doc.text[line_start:offset]
+    model_prefix = fim.clip_prefix(prefix, s.fim_prefix_chars)
+    parsed = ls.parsed.get(doc.uri)
+    if parsed is not None and len(model_prefix) < s.fim_prefix_chars:
+        names = {
+            n.text.decode("utf-8", "replace")
+            for n in parsed.identifiers(max(0, line - 10), line + 3)
+            if n.text
+        }
+        defs = definitions_for(names, ls.others(doc.uri))
+        model_prefix = (
+            fim.context_header(grammar, defs, s.fim_prefix_chars - len(model_prefix)) + model_prefix
+        )
+    model_suffix = fim.clip_suffix(suffix, s.fim_suffix_chars)
+    multi = fim.multiline_allowed(line_prefix, suffix.split("\n", 1)[0], grammar)
+    stop = ["\n\n\n"] if multi else ["\n"]
+    raw = await ls.client.fim(
+        model_prefix,
+        model_suffix,
+        s.fim_max_tokens if multi else s.fim_max_tokens // 2,
+        stop,
+        s.fim_timeout_ms / 1000,
+    )
+    ls.send_status()
+    if raw is None:
+        return None
+    text = fim.postprocess(raw, line_prefix, suffix, grammar, fim.indent_style(doc.text))
+    if not text:
+        return None
+    cid = ls.fim.remember(doc.uri, prefix, suffix, text)
+    ls.telemetry.suggestion(
+        cid,
+        "fim",
+        doc.uri,
+        doc.language_id,
+        {"prefix": model_prefix, "suffix": model_suffix, "raw": raw},
+        text,
+        None,
+    )
+    return ls.fim.cache[doc.uri]
+
+
+# ---- next edit ----------------------------------------------------------------------------------
+async def suggest_edits(ls: EditLanguageServer, params: Any, where: str):
+    """Shared by editserver/nextEdit and copilotInlineEdit: (id, doc, version, kept, all results)."""
+    if not isinstance(params, dict) or not isinstance(params.get("textDocument"), dict):
+        raise _invalid(f"{where}: params must be {{textDocument: {{uri}}, position}}")
+    doc = ls.doc_for(params["textDocument"].get("uri"), where)
+    line, char = _position(params.get("position"), where)
+    sid = uuid.uuid4().hex
+    if not ls.active(ls.settings.enable_next_edit, doc):
+        if ls.client is not None and ls.client.state != READY:
+            ls.client.nudge()
+        return sid, doc, doc.version, [], []
+    s = ls.settings
+    version = doc.version
+    cursor = doc.offset_at(line, char)
+    ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, line)
+    parsed = ls.parsed.get(doc.uri)
+    removed, _added = ls.history.changed_identifiers(2)
+    names = set(removed)
+    newest = ls.history.recent(1)
+    if parsed is not None and newest and newest[0].uri == doc.uri:
+        d = parsed.definition_at_line(newest[0].first_line)
+        if d is not None and node_name(d):
+            names.add(node_name(d))  # its call sites must follow a signature change
+    plans = plan_regions(doc, parsed, cursor, names, s.region_min_lines, s.region_max_lines, s.max_candidates)
+    snippets = ls.viewed.snippets(doc.uri, s.recent_snippets)
+    if parsed is not None:
+        r0 = plans[0][0]
+        near = {
+            n.text.decode("utf-8", "replace")
+            for n in parsed.identifiers(r0.first_line, r0.last_line)
+            if n.text
+        }
+        snippets = [Snippet(p, c) for p, c in definitions_for(near, ls.others(doc.uri))][:3] + snippets
+    results = await ask_regions(
+        ls.client,
+        doc,
+        ls.path_of(doc.uri),
+        plans,
+        snippets,
+        ls.history.render(s.history_prompt_events),
+        s.context_lines,
+        s.next_edit_timeout_ms / 1000,
+    )
+    ls.send_status()
+    if doc.version != version:
+        return sid, doc, version, [], results  # the text moved on: these offsets are stale
+    kept = rank(results)
+    if kept:
+        ls.telemetry.suggestion(
+            sid,
+            "next_edit",
+            doc.uri,
+            doc.language_id,
+            {"prompts": [r.prompt for r in kept]},
+            [
+                {
+                    "region": [r.region.first_line, r.region.last_line],
+                    "rewritten": r.rewritten,
+                    "score": r.score,
+                }
+                for r in kept
+            ],
+            kept[0].score,
+        )
+    return sid, doc, version, kept, results
+
+
+def _region_info(doc, r: RegionResult, kept: list[RegionResult]) -> dict:
+    return {
+        "range": {
+            "start": {"line": r.region.first_line, "character": 0},
+            "end": {"line": r.region.last_line + 1, "character": 0},
+        },
+        "reason": r.region.reason,
+        "score": r.score,
+        "aboveThreshold": r.above_threshold,
+        "kept": r in kept,
+    }
+
+
+def _register_next_edit(ls: EditLanguageServer) -> None:
+    @ls.feature(NEXT_EDIT)
+    async def next_edit(params: Any) -> dict:
+        sid, doc, version, kept, results = await suggest_edits(ls, params, NEXT_EDIT)
+        edits = [
+            {
+                "textDocument": {"uri": doc.uri, "version": version},
+                "range": doc.lsp_range(e.start, e.end),
+                "newText": e.new_text,
+            }
+            for r in kept
+            for e in r.edits
+        ]
+        return {
+            "id": sid,
+            "edits": edits,
+            "score": kept[0].score if kept else 0.0,
+            "regions": [_region_info(doc, r, kept) for r in results],
+        }
+
+    @ls.feature(COPILOT_INLINE_EDIT)
+    async def copilot_inline_edit(params: Any) -> dict:
+        sid, doc, version, kept, _ = await suggest_edits(ls, params, COPILOT_INLINE_EDIT)
+        out = []
+        for r in kept:
+            for e in r.edits:
+                out.append(
+                    {
+                        "text": e.new_text,
+                        "range": doc.lsp_range(e.start, e.end),
+                        "textDocument": {"uri": doc.uri, "version": version},
+                        "command": {
+                            "title": "Accept",
+                            "command": INLINE_ACCEPTED,
+                            "arguments": [{"id": sid, "editIndex": len(out)}],
+                        },
+                    }
+                )
+        return {"edits": out}
+
+
+# ---- diagnostics -------------------------------------------------------------------------------
+def _register_diagnostics(ls: EditLanguageServer) -> None:
+    @ls.feature(DOCUMENT_STATE)
+    def document_state(params: Any) -> dict:
+        """The server's view of a document (text, version, parse counts): for tests and bug reports."""
+        doc = ls.doc_for(params.get("uri") if isinstance(params, dict) else None, DOCUMENT_STATE)
+        parsed = ls.parsed.get(doc.uri)
+        return {
+            "text": doc.text,
+            "version": doc.version,
+            "encoding": doc.encoding,
+            "grammar": parsed.grammar if parsed else None,
+            "fullParses": parsed.full_parses if parsed else 0,
+            "incrementalParses": parsed.incremental_parses if parsed else 0,
+            "history": ls.history.render(ls.settings.history_events),
+            "historyEvents": len(ls.history.recent(ls.settings.history_events)),
+        }
+
+
+# ---- telemetry ----------------------------------------------------------------------------------
+def _register_telemetry(ls: EditLanguageServer) -> None:
+    def _id(params: Any, method: str) -> str | None:
+        if isinstance(params, dict) and isinstance(params.get("id"), str):
+            return params["id"]
+        log.warning("%s without a string id: %r", method, params)
+        return None
+
+    @ls.feature("editserver/didShow")
+    def did_show(params: Any) -> None:
+        if (sid := _id(params, "didShow")) is not None:
+            ls.telemetry.event(sid, "show")
+
+    @ls.feature("editserver/didAccept")
+    def did_accept(params: Any) -> None:
+        if (sid := _id(params, "didAccept")) is None:
+            return
+        idx = params.get("editIndex")
+        partial = params.get("partial")
+        text = params.get("acceptedText")
+        ls.telemetry.event(
+            sid,
+            "accept",
+            idx if isinstance(idx, int) else None,
+            partial if partial in ("word", "line") else None,
+            text if isinstance(text, str) else None,
+        )
+
+    @ls.feature("editserver/didReject")
+    def did_reject(params: Any) -> None:
+        if (sid := _id(params, "didReject")) is not None:
+            ls.telemetry.event(sid, "reject")
+
+    @ls.command(INLINE_ACCEPTED)
+    def inline_accepted(*args):
+        arg = args[0] if args else None
+        if isinstance(arg, list) and arg:
+            arg = arg[0]
+        if isinstance(arg, dict) and isinstance(arg.get("id"), str):
+            idx = arg.get("editIndex")
+            ls.telemetry.event(arg["id"], "accept", idx if isinstance(idx, int) else None)

@@ -1,0 +1,152 @@
+"""Typed configuration for the language server, parsed in one place.
+
+Design decisions:
+- The contract's options (``serverUrl, autostart, debounceMs, enableFim, enableNextEdit, languages,
+  telemetry: {enabled, path}``) arrive as camelCase JSON from ``initializationOptions`` and from
+  ``workspace/didChangeConfiguration`` (``{settings: {editserver: {...}}}``). Both go through
+  ``parse_settings``, which never raises: an invalid value yields the default plus a warning string
+  that the server shows once via ``window/showMessage``.
+- Unknown keys are ignored (editors send their whole section), but a wrong *type* for a known key is
+  reported, so a typo'd value is never silently accepted.
+- Internal tuning knobs (timeouts, budgets) are dataclass fields with their defaults documented next
+  to them; only the contract's keys are user-facing, plus the two timeouts, which users on slow
+  machines need.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_LANGUAGES = ("python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust")
+
+
+def default_telemetry_path() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / "editserver" / "telemetry.sqlite3")
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    enabled: bool = True  # local SQLite only; nothing is ever sent anywhere
+    path: str = field(default_factory=default_telemetry_path)
+
+
+@dataclass(frozen=True)
+class Settings:
+    server_url: str = "http://127.0.0.1:8000"
+    autostart: bool = True  # start `editserver serve` when nothing answers at server_url
+    debounce_ms: int = 75  # wait this long after a keystroke before asking the model
+    enable_fim: bool = True
+    enable_next_edit: bool = True
+    # LSP language ids we answer for; others get empty results. "*" in the list means every language.
+    languages: tuple[str, ...] = DEFAULT_LANGUAGES
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    fim_timeout_ms: int = 5000  # a FIM answer later than this is useless: return empty instead
+    next_edit_timeout_ms: int = 30000  # next edits are asked for explicitly, so they may take longer
+    # Below: internal budgets, not user options.
+    fim_max_tokens: int = 64
+    fim_prefix_chars: int = 6000
+    fim_suffix_chars: int = 2000
+    region_min_lines: int = 10  # Mercury recommends a ~10-25 line editable region
+    region_max_lines: int = 25
+    context_lines: int = 60  # file lines shown above/below the editable region in next-edit prompts
+    max_candidates: int = 4  # regions asked about per next-edit request besides the cursor's
+    history_events: int = 24  # bounded edit history per workspace
+    history_prompt_events: int = 6  # newest events rendered into a prompt
+    recent_snippets: int = 3
+
+    def handles(self, language_id: str) -> bool:
+        return "*" in self.languages or language_id in self.languages
+
+
+_KEYS = {
+    "serverUrl": "server_url",
+    "autostart": "autostart",
+    "debounceMs": "debounce_ms",
+    "enableFim": "enable_fim",
+    "enableNextEdit": "enable_next_edit",
+    "languages": "languages",
+    "fimTimeoutMs": "fim_timeout_ms",
+    "nextEditTimeoutMs": "next_edit_timeout_ms",
+}
+
+
+def _check(key: str, value: Any) -> tuple[Any, str | None]:
+    """(converted value, None) or (None, reason)."""
+    if key in ("autostart", "enableFim", "enableNextEdit"):
+        return (value, None) if isinstance(value, bool) else (None, "expected true or false")
+    if key in ("debounceMs", "fimTimeoutMs", "nextEditTimeoutMs"):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        hi = 5000 if key == "debounceMs" else 600_000
+        lo = 0 if key == "debounceMs" else 1
+        if ok and lo <= value <= hi:
+            return value, None
+        return None, f"expected an integer between {lo} and {hi}"
+    if key == "serverUrl":
+        if isinstance(value, str) and value.startswith(("http://", "https://")):
+            return value.rstrip("/"), None
+        return None, "expected an http:// or https:// URL"
+    if key == "languages":
+        if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
+            return tuple(value), None
+        return None, "expected a list of language ids"
+    raise KeyError(key)
+
+
+def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
+    """Settings from a client's JSON object; invalid values fall back to the default, with a warning."""
+    base = base or Settings()
+    defaults = Settings()
+    warnings: list[str] = []
+    if raw is None:
+        return base, warnings
+    if not isinstance(raw, dict):
+        return base, [f"editserver settings must be an object, got {type(raw).__name__}; using defaults"]
+    changes: dict[str, Any] = {}
+    for key, attr in _KEYS.items():
+        if key not in raw:
+            continue
+        value, reason = _check(key, raw[key])
+        if reason is not None:
+            warnings.append(
+                f"editserver: invalid {key}={raw[key]!r} ({reason}); using default {getattr(defaults, attr)!r}"
+            )
+            value = getattr(defaults, attr)
+        changes[attr] = value
+    if "telemetry" in raw:
+        tel = raw["telemetry"]
+        t = base.telemetry
+        if not isinstance(tel, dict):
+            warnings.append(f"editserver: invalid telemetry={tel!r} (expected an object); using defaults")
+            t = TelemetrySettings()
+        else:
+            if "enabled" in tel:
+                if isinstance(tel["enabled"], bool):
+                    t = replace(t, enabled=tel["enabled"])
+                else:
+                    warnings.append(
+                        f"editserver: invalid telemetry.enabled={tel['enabled']!r} (expected true or false); "
+                        "using default True"
+                    )
+                    t = replace(t, enabled=True)
+            if "path" in tel:
+                if isinstance(tel["path"], str) and tel["path"].strip():
+                    t = replace(t, path=os.path.expanduser(tel["path"]))
+                else:
+                    warnings.append(
+                        f"editserver: invalid telemetry.path={tel['path']!r} (expected a file path); "
+                        f"using default {default_telemetry_path()!r}"
+                    )
+                    t = replace(t, path=default_telemetry_path())
+        changes["telemetry"] = t
+    return replace(base, **changes), warnings
+
+
+def settings_from_change(raw: Any) -> Any:
+    """The editserver section of a didChangeConfiguration payload (``{editserver: {...}}`` or the section)."""
+    if isinstance(raw, dict) and isinstance(raw.get("editserver"), dict):
+        return raw["editserver"]
+    return raw
