@@ -83,3 +83,10 @@ def update_inference_config(directory: str | Path, **changes) -> None:
     cfg = json.loads(path.read_text())
     cfg.setdefault("inference", {}).update(changes)
     path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def export_checkpoint(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.bfloat16, **meta) -> Path:
+    """Copy a checkpoint with weights cast to ``dtype`` (bf16 halves the shipped default's size)."""
+    ck = load_checkpoint(src)
+    save_checkpoint(dst, ck.model, ck.tokenizer, ck.inference, {**ck.meta, **meta}, dtype=dtype)
+    return Path(dst)

@@ -41,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--export", type=Path, default=None, metavar="DIR",
+                   help="do not train: copy RUN/checkpoint to DIR with bf16 weights (how the default is shipped)")
     p.add_argument("--max-commits", type=int, default=2000, help="with --repo: commits to mine")
     p.set_defaults(func=run)
 
@@ -49,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
     from model.checkpoint import DEFAULT_CHECKPOINT
     from model.train import TrainConfig, prepare, train
 
+    if args.export is not None:
+        from model.checkpoint import export_checkpoint
+
+        out = export_checkpoint(args.run / "checkpoint", args.export)
+        print(f"exported {args.run / 'checkpoint'} -> {out}")
+        return 0
     data = args.data or args.run.parent / "data"
     init = args.init
     if args.repo is not None:
