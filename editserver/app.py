@@ -65,7 +65,13 @@ FEATURES = ["fim", "next_edit", "streaming", "diffusing", "reasoning_effort", "s
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorResponse} for s in (400, 401, 422, 429, 500, 503)
 }
-STREAMED = {200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+# One Server-Sent Event: ``data`` is a JSON chunk, or ``[DONE]`` at the end.
+SSE_EVENT = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+    "required": ["data"],
+}
+STREAMED = {200: {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 
 
 class APIError(Exception):

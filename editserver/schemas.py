@@ -4,14 +4,15 @@ Design decisions:
 - Every field a client may send is declared here with its range, so FastAPI's validation (and the
   OpenAPI schema schemathesis fuzzes) names the offending field; the translation into
   ``model.api`` requests (``to_engine``) happens in this module only, so handlers stay thin.
+- Types are strict (no ``false`` as 0, no ``"1"`` as 1), as OpenAI's API is; ints are fine for floats.
 - Unknown fields are ignored, not rejected: editors send extras (Continue's ``nextEdit``, OpenAI's
   ``user``/``logprobs``), and an OpenAI-compatible server must not break on them.
 - Ranges follow OpenAI where Inception documents none: temperature [0, 2], top_p [0, 1],
   presence/frequency penalty [-2, 2], ``stop`` at most 4 sequences, ``n`` only 1, ``max_tokens`` up
   to the 32K window (clamped to the server's output cap, which ``/v1/models`` reports).
-- Numerics the sampler cannot take are mapped, not rejected: ``top_p == 0`` (keep only the top token)
-  and temperatures below 1e-3 decode greedily, which is what they converge to, instead of dividing by
-  zero. ``frequency_penalty`` is accepted for compatibility (Continue sends it) but not applied: the
+- Numerics the sampler cannot take are mapped, not rejected: ``top_p`` below 1e-6 (the nucleus is the
+  top token alone; a float32 nucleus would underflow to nothing) and temperatures below 1e-3 decode
+  greedily, which is what they converge to, instead of dividing by zero. ``frequency_penalty`` is accepted for compatibility (Continue sends it) but not applied: the
   diffusion sampler has a presence penalty only.
 - Continue sends ``suffix: "<|endoftext|>"`` when the real suffix is empty; that is read as "".
 - Lone UTF-16 surrogates (valid JSON escapes, but not encodable text) become U+FFFD instead of
@@ -25,15 +26,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from model.api import EditRequest, FimRequest, SamplingOptions
 from model.prompt import parse_prompt
 
 CONTEXT_WINDOW = 32768
 MIN_TEMPERATURE = 1e-3  # below this, sampling is greedy decoding in all but float overflow
+MIN_TOP_P = 1e-6  # below this the nucleus is the top token alone (and float32 would underflow to 0)
 CONTINUE_EMPTY_SUFFIX = "<|endoftext|>"
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -63,12 +65,12 @@ class Limits:
 
 # ---- requests ----------------------------------------------------------------------------------
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = Field(None, max_length=256, description="any name; served by the loaded model")
     max_tokens: int | None = Field(None, ge=1, le=CONTEXT_WINDOW)
@@ -77,20 +79,15 @@ class _Common(BaseModel):
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, description="accepted, not applied")
-    stop: str | list[str] | None = Field(None, description="up to 4 stop sequences")
+    stop: str | Annotated[list[str], Field(max_length=4)] | None = Field(
+        None, description="up to 4 stop sequences"
+    )
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     diffusing: bool | None = Field(False, description="with stream: send every intermediate draft")
     reasoning_effort: Effort | None = None
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    seed: int | None = Field(None, ge=0, le=2**53 - 1)  # JSON-safe integers
     n: int | None = Field(None, ge=1, le=1)
-
-    @field_validator("stop")
-    @classmethod
-    def _stop(cls, v: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(v, list) and len(v) > 4:
-            raise ValueError("at most 4 stop sequences are allowed")
-        return v
 
     @property
     def streaming(self) -> bool:
@@ -107,7 +104,7 @@ class _Common(BaseModel):
     def _options(self) -> SamplingOptions:
         temperature = self.temperature or 0.0
         top_p = 1.0 if self.top_p is None else self.top_p
-        if temperature < MIN_TEMPERATURE or top_p <= 0.0:
+        if temperature < MIN_TEMPERATURE or top_p < MIN_TOP_P:
             temperature, top_p = 0.0, 1.0
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         return SamplingOptions(
@@ -143,13 +140,13 @@ class FimBody(_Common):
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     type: str = "text"
     text: str | None = None
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     role: str = Field(..., max_length=64)
     content: str | list[ContentPart] | None = None
 
