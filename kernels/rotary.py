@@ -5,7 +5,8 @@ Design decisions:
   [B, L, D/2] (so rows of a batch may sit at different positions).
 - In place: the projections' outputs are fresh tensors nobody else reads, so rotating them where
   they lie saves an allocation and a copy per tensor. Queries and keys share one launch (the second
-  grid column takes the keys) and each program loads its token's cos/sin row once for all heads.
+  grid column takes the keys); each program rotates all heads of up to 16 tokens (a tile of about
+  2K elements), loading each token's cos/sin row once for all its heads.
 - Math in float32, rounded once to the tensor's dtype, as the PyTorch form does.
 """
 
@@ -19,15 +20,17 @@ from kernels._common import check_tensors, next_pow2
 
 
 @triton.jit
-def _rotate_token(X, b, pos, sxb, sxl, sxh, sxd, NH, c, s, j, HALF, BLOCK_H: tl.constexpr):
+def _rotate_heads(X, b, pos, t_ok, sxb, sxl, sxh, sxd, NH, c, s, j, HALF, BLOCK_H: tl.constexpr):
+    """Rotate all NH heads of BLOCK_T tokens: tiles [BLOCK_T, BLOCK_H, BLOCK_HALF]."""
     h = tl.arange(0, BLOCK_H)
-    ok = (h < NH)[:, None] & (j < HALF)[None, :]
-    p1 = X + b * sxb + pos * sxl + h[:, None] * sxh + j[None, :] * sxd  # [BLOCK_H, BLOCK_HALF]
+    ok = t_ok[:, None, None] & (h < NH)[None, :, None] & (j < HALF)[None, None, :]
+    p1 = X + (b * sxb + pos * sxl)[:, None, None] + h[None, :, None] * sxh + j[None, None, :] * sxd
     p2 = p1 + HALF * sxd
     x1 = tl.load(p1, mask=ok, other=0.0).to(tl.float32)
     x2 = tl.load(p2, mask=ok, other=0.0).to(tl.float32)
-    tl.store(p1, (x1 * c[None, :] - x2 * s[None, :]).to(X.dtype.element_ty), mask=ok)
-    tl.store(p2, (x2 * c[None, :] + x1 * s[None, :]).to(X.dtype.element_ty), mask=ok)
+    cc, ss = c[:, None, :], s[:, None, :]
+    tl.store(p1, (x1 * cc - x2 * ss).to(X.dtype.element_ty), mask=ok)
+    tl.store(p2, (x2 * cc + x1 * ss).to(X.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -37,6 +40,7 @@ def _rotary_kernel(
     COS,
     SIN,
     L,
+    T,
     sqb,
     sql,
     sqh,
@@ -54,19 +58,22 @@ def _rotary_kernel(
     HQ,
     HK,
     HALF,
+    BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
 ):
-    tok = tl.program_id(0)  # flat (b, pos)
+    tok = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)  # [BLOCK_T] flat (b, pos)
+    t_ok = tok < T
     b = tok // L
     pos = tok % L
     j = tl.arange(0, BLOCK_HALF)
-    c = tl.load(COS + b * scb + pos * scl + j * scd, mask=j < HALF, other=0.0).to(tl.float32)  # [BLOCK_HALF]
-    s = tl.load(SIN + b * ssb + pos * ssl + j * ssd, mask=j < HALF, other=0.0).to(tl.float32)
+    cs_ok = t_ok[:, None] & (j < HALF)[None, :]
+    c = tl.load(COS + (b * scb + pos * scl)[:, None] + j[None, :] * scd, mask=cs_ok, other=0.0).to(tl.float32)
+    s = tl.load(SIN + (b * ssb + pos * ssl)[:, None] + j[None, :] * ssd, mask=cs_ok, other=0.0).to(tl.float32)
     if tl.program_id(1) == 0:
-        _rotate_token(Q, b, pos, sqb, sql, sqh, sqd, HQ, c, s, j, HALF, BLOCK_H)
+        _rotate_heads(Q, b, pos, t_ok, sqb, sql, sqh, sqd, HQ, c, s, j, HALF, BLOCK_H)
     else:
-        _rotate_token(K, b, pos, skb, skl, skh, skd, HK, c, s, j, HALF, BLOCK_H)
+        _rotate_heads(K, b, pos, t_ok, skb, skl, skh, skd, HK, c, s, j, HALF, BLOCK_H)
 
 
 def rotary(
@@ -83,23 +90,26 @@ def rotary(
         raise ValueError(f"k {tuple(k.shape)} does not match q {tuple(q.shape)}")
     HK = k.shape[2] if k is not None else 0
     kk = k if k is not None else q
-    if B * L:
-        _rotary_kernel[(B * L, 2 if k is not None else 1)](
+    T = B * L
+    if T:
+        BLOCK_H, BLOCK_HALF = next_pow2(max(HQ, HK)), next_pow2(D // 2)
+        BLOCK_T = max(1, min(16, 2048 // (BLOCK_H * BLOCK_HALF), next_pow2(T)))  # ~2K elements per tile
+        strides = (*q.stride(), *kk.stride(), *cos.stride(), *sin.stride())
+        _rotary_kernel[(triton.cdiv(T, BLOCK_T), 2 if k is not None else 1)](
             q,
             kk,
             cos,
             sin,
             L,
-            *q.stride(),
-            *kk.stride(),
-            *cos.stride(),
-            *sin.stride(),
+            T,
+            *strides,
             HQ,
             HK,
             D // 2,
-            BLOCK_H=next_pow2(max(HQ, HK)),
-            BLOCK_HALF=next_pow2(D // 2),
-            num_warps=1,
+            BLOCK_T=BLOCK_T,
+            BLOCK_H=BLOCK_H,
+            BLOCK_HALF=BLOCK_HALF,
+            num_warps=4,
         )
     return q, k
 
