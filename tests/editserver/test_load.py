@@ -1,0 +1,31 @@
+"""A short bounded load test in the default tier: 16 concurrent clients for a few seconds on loopback.
+
+The full 16 x 30 s run is ``editserver bench load`` (its figures are in docs/api.md); this one checks the
+properties that must hold at any size: no errors, no lost requests, every request answered once.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from editserver.bench.load import LocalServer, run_load
+
+
+async def test_sixteen_clients_no_errors_no_losses(tiny_checkpoint):
+    with LocalServer(["--model", str(tiny_checkpoint), "--max-output-tokens", "16"]) as server:
+        report = await run_load(server.url, clients=16, duration=3.0, kind="mixed", max_tokens=8, timeout=60)
+        summary = report.summary()
+        assert report.errors == {}, summary
+        assert report.lost == 0, summary
+        assert report.sent == report.completed == report.server_answered > 16, summary
+        assert summary["p50_ms"] <= summary["p95_ms"] <= summary["max_ms"]
+        assert "batch" in server.log()  # requests were logged with their batch size
+
+
+def test_load_refuses_non_loopback():
+    import asyncio
+
+    with pytest.raises(ValueError, match="loopback"):
+        asyncio.run(run_load("http://example.com:8000", clients=1, duration=1))
+    with pytest.raises(ValueError, match="clients"):
+        asyncio.run(run_load("http://127.0.0.1:9", clients=1000, duration=1))
