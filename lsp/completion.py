@@ -4,7 +4,8 @@ Design decisions:
 - Prefix and suffix are cut at line boundaries within character budgets; definitions of identifiers
   near the cursor, found in *other* open documents, are prepended to the prefix as a comment block in
   the file's language (so the prefix stays valid code for the model).
-- Post-processing (pure functions, unit-tested without a model):
+- Post-processing (pure functions, unit-tested without a model): broken characters (U+FFFD from
+  tokens that do not decode, control characters) are dropped;
   single line when the cursor is mid-line or the line does not open a block, multi-line (up to
   ``MAX_LINES``, stopping where the code dedents below the cursor's block) otherwise; trailing text that
   repeats the start of the suffix is dropped (overlap), as are closing brackets the rest of the line
@@ -71,6 +72,12 @@ def _convert_indent(line: str, style: tuple[str, int]) -> str:
     return ind + line[len(indent_of(line)) :]
 
 
+def _clean(text: str) -> str:
+    """Drop broken characters: U+FFFD (tokens that do not decode to whole UTF-8 characters) and control
+    characters other than tab/newline. Inserting them would corrupt the user's file."""
+    return "".join(ch for ch in text if ch != "\ufffd" and (ord(ch) >= 32 or ch in "\t\n") and ord(ch) != 127)
+
+
 def multiline_allowed(line_prefix: str, line_suffix: str, language: str) -> bool:
     """Multi-line only at the end of a line that is empty so far or that opens a block."""
     if line_suffix.strip():
@@ -98,18 +105,24 @@ def postprocess(
     style: tuple[str, int] = (" ", 4),
 ) -> str:
     """Clean a raw FIM completion for insertion at the cursor; "" means nothing worth showing."""
-    text = completion.replace("\r\n", "\n")
+    text = _clean(completion.replace("\r\n", "\n"))
     line_suffix = suffix.split("\n", 1)[0]
     if not multiline_allowed(line_prefix, line_suffix, language):
         text = text.split("\n", 1)[0]
     else:
         lines = text.split("\n")
-        base = len(indent_of(line_prefix)) if line_prefix.strip() else len(line_prefix)
+        opens_block = bool(line_prefix.strip())  # multi-line after text only when the line opens a block
+        base = (
+            len(indent_of(line_prefix).expandtabs(style[1] or 4))
+            if opens_block
+            else len(line_prefix.expandtabs(style[1] or 4))
+        )
         next_line = next((ln.strip() for ln in suffix.split("\n")[1:] if ln.strip()), "")
         kept = [lines[0]]
         for ln in lines[1:]:
             if ln.strip():
-                if len(indent_of(ln).expandtabs(style[1] or 4)) < base:
+                depth = len(indent_of(ln).expandtabs(style[1] or 4))
+                if depth < base or (opens_block and depth <= base):
                     break  # dedented out of the cursor's block: the rest belongs elsewhere
                 if next_line and ln.strip() == next_line:
                     break  # the suffix already has this line

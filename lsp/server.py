@@ -350,7 +350,7 @@ async def _fim_work(ls: EditLanguageServer, doc, offset: int, prefix: str, suffi
     raw = await ls.client.fim(
         model_prefix,
         model_suffix,
-        s.fim_max_tokens if multi else s.fim_max_tokens // 2,
+        s.fim_max_tokens,
         stop,
         s.fim_timeout_ms / 1000,
     )
