@@ -193,10 +193,11 @@ class ParsedDocument:
         best = None
         for d in self.definitions():
             body = d.child_by_field_name("body")
-            header_end = (
-                (body.start_point.row if body is not None else d.end_point.row) if header_only else None
-            )
-            last = header_end if header_end is not None else d.end_point.row
+            last = d.end_point.row
+            if header_only and body is not None:
+                # the header ends on the line before the body (Python) or on the body's `{` line
+                opens_with_brace = (body.text or b"")[:1] == b"{"
+                last = max(d.start_point.row, body.start_point.row - (0 if opens_with_brace else 1))
             if d.start_point.row <= line <= last:
                 if best is None or d.start_byte >= best.start_byte:
                     best = d
