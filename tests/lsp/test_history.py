@@ -55,7 +55,7 @@ def test_bounded_and_net_noop_events_hidden():
     clock = Clock()
     h = EditHistory(max_events=4, clock=clock)
     text = SRC
-    for i in range(10):
+    for _ in range(10):
         clock.t += 2
         text = type_text(h, clock, text, 0, "x")
     assert len(h.events) == 4

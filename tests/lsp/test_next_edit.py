@@ -1,0 +1,117 @@
+"""Next edit: minimal edits, ranking, and the multi-location plumbing over stdio (tiny model).
+
+The rename scenario's *quality* (does the model rewrite the call sites?) needs the shipped checkpoint
+and lives in test_rename_slow.py; here we check deterministically that after a rename at the
+definition the server asks the model about the call sites, and that replies come back in the
+contract's shapes.
+"""
+
+from __future__ import annotations
+
+from lsp.context import Region
+from lsp.documents import Document
+from lsp.nextedit import RegionResult, minimal_edits, rank
+from tests.lsp.conftest import lsp_session
+
+FILLER = "".join(
+    f"\n\ndef helper_{i}(values):\n    out = []\n    for v in values:\n        if v > {i}:\n            out.append(v * {i})\n    return out\n"
+    for i in range(4)
+)
+SRC = (
+    "def compute(items, tax):\n"
+    "    total = sum(items)\n"
+    "    return total * (1 + tax)\n"
+    + FILLER
+    + "\n\ndef report(items):\n"
+    "    value = compute(items, 0.2)\n"
+    "    print(value)\n"
+    "\n"
+    "\n"
+    "class Cart:\n"
+    "    def __init__(self):\n"
+    "        self.items = []\n"
+    "\n"
+    "    def total(self):\n"
+    "        return compute(self.items, 0.1)\n"
+)
+CALL_SITES = [i for i, line in enumerate(SRC.splitlines()) if "compute(" in line and "def " not in line]
+URI = "file:///work/shop.py"
+
+
+def apply(text: str, edits) -> str:
+    for e in sorted(edits, key=lambda e: -e.start):
+        text = text[: e.start] + e.new_text + text[e.end :]
+    return text
+
+
+def test_minimal_edits_touch_only_what_changed():
+    old = "a = compute(x)\nb = 2\nc = compute(y)\n"
+    new = "a = compute_total(x)\nb = 2\nc = compute_total(y)\n"
+    edits = minimal_edits(old, new, base=100)
+    assert [(e.start, e.end, e.new_text) for e in edits] == [(111, 111, "_total"), (132, 132, "_total")]
+    assert apply("x" * 100 + old, edits) == "x" * 100 + new
+    assert minimal_edits(old, old) == []
+    # inserted and deleted lines
+    for a, b in [("x\ny\n", "x\nnew\ny\n"), ("x\ny\nz\n", "x\nz\n"), ("", "hello\n"), ("a\n", "")]:
+        assert apply(a, minimal_edits(a, b)) == b
+
+
+def test_rank_keeps_confident_changes_best_first():
+    def rr(score, above, changed=True):
+        edits = minimal_edits("a\n", "b\n") if changed else []
+        return RegionResult(Region(0, 0), "p", "a\n", "b\n", score, above, edits)
+
+    results = [rr(0.5, True), rr(0.9, False), rr(0.7, True), rr(0.99, True, changed=False)]
+    kept = rank(results)
+    assert [r.score for r in kept] == [0.7, 0.5]
+
+
+def test_document_offsets_round_trip_for_edit_ranges():
+    doc = Document("file:///x.py", "a😀b\nc\n", 1, "python")
+    assert doc.lsp_range(2, 3) == {"start": {"line": 0, "character": 3}, "end": {"line": 0, "character": 4}}
+
+
+async def test_rename_at_definition_asks_about_call_sites(tiny_server, base_options):
+    async with lsp_session(tiny_server, base_options) as s:
+        s.open(URI, SRC, "python")
+        # rename at the definition, typed one character at a time
+        for i, ch in enumerate("_total"):
+            s.replace(URI, (0, 11 + i), (0, 11 + i), ch)
+        res = await s.request("editserver/nextEdit", {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 17}})
+        assert isinstance(res["id"], str) and res["id"]
+        assert isinstance(res["edits"], list) and isinstance(res["score"], (int, float))
+        regions = res["regions"]
+        assert regions[0]["reason"] == "cursor" and regions[0]["range"]["start"]["line"] == 0
+        occ = [r for r in regions if r["reason"] == "occurrence"]
+        covered = {ln for r in occ for ln in range(r["range"]["start"]["line"], r["range"]["end"]["line"])}
+        assert set(CALL_SITES) <= covered  # both call sites of the old name were asked about
+        assert all(r["range"]["end"]["line"] <= CALL_SITES[0] for r in regions[:1])
+        for e in res["edits"]:
+            assert e["textDocument"] == {"uri": URI, "version": s.versions[URI]}
+            assert set(e) == {"textDocument", "range", "newText"}
+        # Copilot's NES shape answers from the same machinery
+        cop = await s.request(
+            "textDocument/copilotInlineEdit",
+            {"textDocument": {"uri": URI, "version": s.versions[URI]}, "position": {"line": 0, "character": 17}},
+        )
+        assert set(cop) == {"edits"}
+        for e in cop["edits"]:
+            assert {"text", "range", "textDocument", "command"} <= set(e)
+
+
+async def test_next_edit_errors_and_disabled(tiny_server, base_options):
+    async with lsp_session(tiny_server, {**base_options, "enableNextEdit": False}) as s:
+        s.open(URI, SRC, "python")
+        res = await s.request("editserver/nextEdit", {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}})
+        assert res["edits"] == [] and res["regions"] == []
+        for bad, needle in [
+            ({"textDocument": {"uri": "file:///nope.py"}, "position": {"line": 0, "character": 0}}, "not open"),
+            ({"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}}, "position"),
+            ({"position": {"line": 0, "character": 0}}, "textDocument"),
+        ]:
+            try:
+                await s.request("editserver/nextEdit", bad)
+            except Exception as e:  # pygls raises JsonRpcInvalidParams on the client side
+                assert needle in str(e), e
+            else:
+                raise AssertionError(f"no error for {bad}")
