@@ -1,0 +1,201 @@
+"""The replay from settings to result: points, suggester, tuning phase, evaluation phase, outputs.
+
+Design decisions:
+- ``ReplayConfig`` is the one typed view of the command line (editserver/commands/replay.py parses
+  into it); tests build it directly and may pass their own suggester.
+- The threshold in force, in order: ``--threshold`` (with ``--aggregate``), else the one tuned in
+  this run on the ``tune`` inputs, else the source's own (the checkpoint's config in-process; the
+  server's per-suggestion decision over HTTP).
+- Tuning compares every aggregate the source can score (all of ``model.scoring`` in-process) on the
+  training repositories and keeps the (aggregate, threshold) with the best utility; with
+  ``write_config`` it is written into the checkpoint (``update_inference_config``), which is where the
+  server reads it to suppress weak suggestions. Evaluation inputs never influence the choice.
+- The result dict is the ``--json`` document; the HTML report is rendered from it and also embedded
+  in it (``report_html``), written next to it as ``OUT.html`` too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from editserver.replay import metrics
+from editserver.replay.points import Options
+from editserver.replay.runner import PhaseResult, RowLog, run_phase
+from editserver.replay.sources import Budget, from_record_files, from_repository, record_files
+from editserver.replay.suggest import EngineSuggester, HttpSuggester, Suggester
+
+
+@dataclass
+class ReplayConfig:
+    repos: list[str] = field(default_factory=list)  # git repositories to mine
+    records: list[str] = field(default_factory=list)  # record files (or directories of them) to evaluate
+    tune_records: list[str] = field(default_factory=list)  # record files to tune the threshold on
+    server_url: str | None = None
+    model: str | None = None  # checkpoint directory (in-process; also where --write-config writes)
+    in_process: bool = False
+    device: str = "cpu"
+    effort: str | None = None  # None: the checkpoint's default effort
+    batch_size: int = 1
+    max_points: int = 300  # next-edit requests evaluated
+    max_fim: int = 200  # FIM requests evaluated
+    tune_points: int = 300  # next-edit requests for tuning
+    max_commits: int | None = 500  # repositories: newest N non-merge commits walked
+    rev: str | None = None  # repositories: revision or range (default HEAD)
+    sample: int | None = None  # repositories: seeded sample of that many commits
+    threshold: float | None = None
+    aggregate: str | None = None
+    write_config: bool = False
+    json_out: str | None = None
+    html_out: str | None = None
+    resume: bool = False
+    progress: bool = True
+    points: Options = field(default_factory=Options)
+
+    def identity(self) -> dict:
+        """The settings that decide which requests are made and how they are answered."""
+        d = asdict(self)
+        # budgets are left out: a resumed run may ask for more points and keeps the ones it has
+        for k in ("threshold", "aggregate", "write_config", "json_out", "html_out", "resume", "progress",
+                  "batch_size", "max_points", "max_fim", "tune_points"):
+            d.pop(k)
+        return d
+
+
+def make_suggester(cfg: ReplayConfig) -> Suggester:
+    if cfg.in_process or (cfg.server_url is None and cfg.model is not None):
+        from model.api import Engine
+
+        return EngineSuggester(Engine.load(cfg.model, device=cfg.device), cfg.effort, cfg.points.seed,
+                               cfg.batch_size)
+    if cfg.server_url is None:
+        raise ValueError("name a source of suggestions: --server-url URL or --in-process [--model DIR]")
+    return HttpSuggester(cfg.server_url, cfg.effort, cfg.points.seed)
+
+
+def collect(cfg: ReplayConfig, stats: Counter):
+    budget = Budget(cfg.max_points, cfg.max_fim)
+    edits, fims = from_record_files(record_files(cfg.records), budget, cfg.points, stats) if cfg.records else ([], [])
+    for repo in cfg.repos:
+        left = Budget(max(0, budget.max_points - len(edits)), max(0, budget.max_fim - len(fims)))
+        e, f = from_repository(repo, left, cfg.points, stats, max_commits=cfg.max_commits, rev=cfg.rev,
+                               sample=cfg.sample)
+        edits += e
+        fims += f
+    tune_edits = []
+    if cfg.tune_records:
+        tune_edits, _ = from_record_files(record_files(cfg.tune_records), Budget(cfg.tune_points, 0),
+                                          cfg.points, Counter())
+    return edits, fims, tune_edits
+
+
+def _aggregates(s: Suggester) -> list[str]:
+    if isinstance(s, EngineSuggester):
+        from model.scoring import AGGREGATES
+
+        return list(AGGREGATES)
+    return [s.score_aggregate or "server"]
+
+
+def tune(rows: list[dict], s: Suggester) -> dict:
+    comparison = metrics.compare_aggregates(rows, _aggregates(s))
+    agg, thr = metrics.choose(comparison, prefer=s.score_aggregate)
+    return {
+        "aggregates": comparison,
+        "chosen": {"score_aggregate": agg, "selectivity_threshold": thr,
+                   "utility": comparison[agg]["best_utility"]},
+        "summary_untuned": metrics.summarize(rows, None, s.score_aggregate),
+        "summary_tuned": metrics.summarize(rows, thr, agg),
+    }
+
+
+def write_threshold(model_dir: str | Path, chosen: dict) -> None:
+    from model.checkpoint import update_inference_config
+    from model.scoring import AGGREGATES
+
+    changes = {"selectivity_threshold": chosen["selectivity_threshold"]}
+    if chosen["score_aggregate"] in AGGREGATES:
+        changes["score_aggregate"] = chosen["score_aggregate"]
+    update_inference_config(model_dir, **changes)
+
+
+def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
+    if not (cfg.records or cfg.repos):
+        raise ValueError("nothing to replay: name a REPO_PATH or --records FILE")
+    if cfg.write_config and not cfg.model:
+        raise ValueError("--write-config needs --model DIR (the checkpoint to write the threshold into)")
+    if cfg.write_config and not cfg.tune_records:
+        raise ValueError("--write-config needs --tune-records (tune on training repositories, never on what you report)")
+    stats: Counter = Counter()
+    edits, fims, tune_edits = collect(cfg, stats)
+    s = suggester or make_suggester(cfg)
+    log_path = Path(cfg.json_out).with_suffix(".log.jsonl") if cfg.json_out else None
+    log = RowLog(log_path, cfg.identity(), cfg.resume)
+    complete = True
+    tuning = None
+    try:
+        if tune_edits:
+            tres = run_phase("tune", tune_edits, [], s, log, cfg.batch_size, cfg.progress)
+            complete = tres.complete
+            if complete:
+                tuning = tune(tres.edits, s)
+                if cfg.write_config:
+                    write_threshold(cfg.model, tuning["chosen"])
+                    tuning["written_to"] = str(Path(cfg.model) / "config.json")
+        res = run_phase("eval", edits, fims, s, log, cfg.batch_size, cfg.progress) if complete else PhaseResult()
+        complete = complete and res.complete
+    finally:
+        log.close()
+        if isinstance(s, HttpSuggester):
+            s.close()
+    if cfg.threshold is not None:
+        thr, agg = cfg.threshold, cfg.aggregate or s.score_aggregate
+    elif tuning is not None:
+        thr, agg = tuning["chosen"]["selectivity_threshold"], tuning["chosen"]["score_aggregate"]
+    else:
+        thr, agg = s.threshold, cfg.aggregate or s.score_aggregate
+        if isinstance(s, HttpSuggester) and cfg.aggregate is None:
+            thr = None  # the server's own above_threshold decides
+    result = assemble(cfg, s, res.edits, res.fims, thr, agg, tuning, stats, complete)
+    if cfg.json_out:
+        write_outputs(cfg, result)
+    return result
+
+
+def assemble(cfg: ReplayConfig, s: Suggester, edits: list[dict], fims: list[dict], thr: float | None,
+             agg: str | None, tuning: dict | None, stats: Counter, complete: bool) -> dict:
+    for r in edits:
+        r["shown"] = metrics.is_shown(r, thr, agg)
+        r["shown_score"] = metrics.row_score(r, agg)
+    robustness = dict(stats)
+    errors = Counter(r["error"].split(":")[0] for r in edits + fims if r.get("error"))
+    robustness.update({f"request_error:{k}": v for k, v in errors.items()})
+    return {
+        "summary": metrics.summarize(edits, thr, agg),
+        **metrics.breakdown(edits, thr, agg),
+        "fim": metrics.fim_block(fims),
+        "sweep": metrics.sweep(edits, agg) if edits else [],
+        "tuning": tuning,
+        "robustness": robustness,
+        "complete": complete,
+        "suggester": s.name,
+        "settings": {**asdict(cfg), "inputs": [*cfg.repos, *cfg.records], "seed": cfg.points.seed},
+        "suggestions": edits,
+        "fim_completions": fims,
+    }
+
+
+def write_outputs(cfg: ReplayConfig, result: dict) -> None:
+    from editserver.replay.report import render
+
+    out = Path(cfg.json_out)
+    html_path = Path(cfg.html_out) if cfg.html_out else out.with_suffix(".html")
+    html = render(result)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    html_path.write_text(html, encoding="utf-8")
+    doc = {**result, "report": str(html_path), "report_html": html}
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
+    tmp.replace(out)  # never leave a half-written JSON behind

@@ -1,0 +1,174 @@
+"""The self-contained HTML report: metric tables, threshold curves, example suggestions as diffs.
+
+Design decisions:
+- One HTML file with inline CSS and inline SVG (svg.py): it opens offline, can be mailed or
+  attached to CI, and loads nothing from the network.
+- It is rendered from the same result dict the ``--json`` output holds, so the two never disagree.
+- Examples are picked deterministically (first shown accepted and rejected suggestions in point
+  order, preferring ones with an actual change to compare against) and shown as unified diffs of
+  the region: what the model proposed, and what the developer did.
+"""
+
+from __future__ import annotations
+
+import difflib
+from html import escape
+
+from editserver.replay.svg import line_chart
+
+CSS = """
+body{font-family:-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.6em 0;font-size:13px}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}
+td:first-child,th:first-child{text-align:left}
+pre{background:#f8f8f8;padding:6px;overflow-x:auto;font-size:12px;border:1px solid #e4e4e4}
+.add{color:#116611}.del{color:#aa1111}.hdr{color:#777}.muted{color:#777;font-size:12px}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+"""
+
+EDIT_COLS = [
+    ("requests", "requests", "int"),
+    ("shown rate", "shown_rate", "pct"),
+    ("acceptance", "acceptance_rate", "pct"),
+    ("exact match", "exact_match_rate", "pct"),
+    ("kept rate", "kept_rate", "pct"),
+    ("utility", "utility", "num"),
+    ("p50 ms", ("latency_ms", "p50"), "ms"),
+    ("p95 ms", ("latency_ms", "p95"), "ms"),
+]
+FIM_COLS = [
+    ("requests", "requests", "int"),
+    ("exact match", "exact_match_rate", "pct"),
+    ("accepted prefix (chars)", "accepted_prefix_chars", "num1"),
+    ("accepted prefix (share)", "accepted_prefix_fraction", "pct"),
+    ("p50 ms", ("latency_ms", "p50"), "ms"),
+    ("p95 ms", ("latency_ms", "p95"), "ms"),
+]
+
+
+def fmt(v, how: str) -> str:
+    if v is None:
+        return "–"
+    if how == "pct":
+        return f"{100 * v:.1f}%"
+    if how == "num":
+        return f"{v:+.3f}"
+    if how == "num1":
+        return f"{v:.1f}"
+    if how == "dec":
+        return f"{v:.3f}"
+    if how == "ms":
+        return f"{v:.0f}"
+    return str(v)
+
+
+def _get(d: dict, key):
+    if isinstance(key, tuple):
+        for k in key:
+            d = (d or {}).get(k)
+        return d
+    return d.get(key)
+
+
+def table(rows: dict[str, dict], cols: list, first: str) -> str:
+    head = "".join(f"<th>{escape(c[0])}</th>" for c in cols)
+    body = []
+    for name, s in rows.items():
+        cells = "".join(f"<td>{fmt(_get(s, key), how)}</td>" for _, key, how in cols)
+        body.append(f"<tr><td>{escape(name)}</td>{cells}</tr>")
+    return f"<table><tr><th>{escape(first)}</th>{head}</tr>{''.join(body)}</table>"
+
+
+def diff_html(before: str, after: str, label: str) -> str:
+    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), "region", label, lineterm="", n=2))
+    out = []
+    for line in lines:
+        cls = "hdr" if line.startswith(("---", "+++", "@@")) else "add" if line.startswith("+") else \
+            "del" if line.startswith("-") else ""
+        out.append(f'<span class="{cls}">{escape(line)}</span>' if cls else escape(line))
+    return "<pre>" + ("\n".join(out) or "(no change)") + "</pre>"
+
+
+def _curves_chart(curve: list[dict], title: str, marker: float | None) -> str:
+    pts = {
+        "shown rate": [(c["threshold"], c["shown_rate"]) for c in curve],
+        "acceptance": [(c["threshold"], c["acceptance_rate"]) for c in curve],
+    }
+    rates = line_chart(pts, title=f"{title}: rates", x_label="threshold", y_label="rate",
+                       y_range=(0.0, 1.0), marker=marker)
+    util = line_chart({"utility": [(c["threshold"], c["utility"]) for c in curve]},
+                      title=f"{title}: utility per request", x_label="threshold", y_label="utility",
+                      marker=marker)
+    return f'<div class="charts">{rates}{util}</div>'
+
+
+def _examples(rows: list[dict], label: str, n: int) -> str:
+    picked = [r for r in rows if r.get("label") == label and r.get("shown")]
+    picked.sort(key=lambda r: (r.get("expected") is None, r["id"]))
+    out = []
+    for r in picked[:n]:
+        score = r.get("shown_score")
+        out.append(f"<h4>{escape(r['id'])} <span class='muted'>k={r['k']}/{r['n_hunks']} · "
+                   f"score {fmt(score, 'dec')} · "
+                   f"kept {100 * r.get('kept', 0):.0f}%{' · exact' if r.get('exact') else ''}</span></h4>")
+        out.append(diff_html(r["region"], r.get("suggestion") or "", "suggested"))
+        if r.get("window") is not None:
+            out.append("<div class='muted'>what the developer did next (region and the hunks it overlaps):</div>")
+            out.append(diff_html(r["window"], r["expected"], "actual"))
+    return "".join(out) or "<p class='muted'>none</p>"
+
+
+def render(result: dict) -> str:
+    s = result["summary"]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>editserver replay</title>"
+             f"<style>{CSS}</style></head><body>"]
+    parts.append("<h1>editserver replay: acceptance on real git history</h1>")
+    src = result.get("settings", {})
+    parts.append(f"<p class='muted'>suggester: {escape(str(result.get('suggester')))} · inputs: "
+                 f"{escape(', '.join(map(str, src.get('inputs', []))))} · seed {escape(str(src.get('seed')))}"
+                 f"{'' if result.get('complete', True) else ' · <b>interrupted: partial results</b>'}</p>")
+    thr = s.get("threshold")
+    parts.append(f"<p>Threshold in force: <b>{'server decides' if thr is None else f'{thr:.2f}'}</b>"
+                 f" on aggregate <b>{escape(str(s.get('score_aggregate')))}</b>.</p>")
+    parts.append("<h2>Next edit</h2>")
+    parts.append(table({"all": s}, EDIT_COLS, "scope"))
+    parts.append("<h3>Per language</h3>" + table(result.get("by_language", {}), EDIT_COLS, "language"))
+    parts.append("<h3>Per repository</h3>" + table(result.get("by_repository", {}), EDIT_COLS, "repository"))
+    fim = result.get("fim") or {}
+    if fim.get("summary", {}).get("requests"):
+        parts.append("<h2>Fill in the middle (rest of an added line)</h2>")
+        parts.append(table({"all": fim["summary"], **fim.get("by_position", {})}, FIM_COLS, "scope"))
+        parts.append("<h3>Per language</h3>" + table(fim.get("by_language", {}), FIM_COLS, "language"))
+        parts.append("<h3>Per repository</h3>" + table(fim.get("by_repository", {}), FIM_COLS, "repository"))
+    parts.append("<h2>Selectivity threshold</h2>")
+    tuning = result.get("tuning")
+    if tuning:
+        ch = tuning["chosen"]
+        parts.append(f"<p>Tuned on {tuning['summary_untuned']['requests']} requests from training "
+                     f"repositories: aggregate <b>{escape(ch['score_aggregate'])}</b>, threshold "
+                     f"<b>{ch['selectivity_threshold']:.2f}</b> (utility there {ch['utility']:+.3f} per request)."
+                     f"{' Written into ' + escape(str(tuning.get('written_to'))) + '.' if tuning.get('written_to') else ''}"
+                     "</p>")
+        rows = {name: {"auc": c["auc"], "best_threshold": c["best_threshold"], "best_utility": c["best_utility"]}
+                for name, c in tuning["aggregates"].items()}
+        parts.append(table(rows, [("ROC AUC", "auc", "dec"), ("best threshold", "best_threshold", "dec"),
+                                  ("best utility", "best_utility", "num")], "aggregate"))
+        util_series = {name: [(c["threshold"], c["utility"]) for c in a["curve"]]
+                       for name, a in tuning["aggregates"].items()}
+        parts.append(line_chart(util_series, title="training repositories: utility by aggregate",
+                                x_label="threshold", y_label="utility", marker=ch["selectivity_threshold"],
+                                width=620))
+        chosen_curve = tuning["aggregates"][ch["score_aggregate"]]["curve"]
+        parts.append(_curves_chart(chosen_curve, "training repositories (tuning)", ch["selectivity_threshold"]))
+    if result.get("sweep"):
+        parts.append(_curves_chart(result["sweep"], "evaluation repositories (validation)", thr))
+    parts.append("<h2>Examples</h2><h3>Accepted</h3>" + _examples(result.get("suggestions", []), "accepted", 5))
+    parts.append("<h3>Rejected</h3>" + _examples(result.get("suggestions", []), "rejected", 5))
+    rob = result.get("robustness") or {}
+    if rob:
+        parts.append("<h2>Robustness: what was skipped or failed</h2><table><tr><th>reason</th><th>count</th></tr>"
+                     + "".join(f"<tr><td>{escape(k)}</td><td>{v}</td></tr>" for k, v in sorted(rob.items()))
+                     + "</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,192 @@
+"""Where suggestions come from: the engine in-process, or a running ``editserver serve`` over HTTP.
+
+Design decisions:
+- One small interface (``edit(points)``, ``fim(points)``, each a list in and a list out) so the
+  runner, the metrics and the tests do not care which source answers; the tests add scripted
+  suggesters (always right, always wrong, silent) behind the same interface.
+- The replay needs the model's suggestion even when the selectivity threshold would hide it, to
+  sweep thresholds afterwards: in-process that is ``Completion.text``; over HTTP it is the
+  ``editserver.suggestion`` field the server adds (falling back to the message content).
+- In-process, every aggregate of ``model.scoring`` is computed from the per-token confidences, so
+  aggregates can be compared; over HTTP only the server's own score is known.
+- In-process requests may be batched (``batch_size``) for throughput; each request's latency is
+  then the batch's wall time, which is what a user waiting on that batch would see. A request the
+  engine refuses (malformed prompt, context too long) becomes an error answer, never a crash.
+- Requests are greedy (temperature 0) with a fixed seed: replays are reproducible.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from editserver.replay.points import EditPoint, FimPoint
+
+
+@dataclass
+class EditAnswer:
+    text: str | None  # the model's rewritten region (None: nothing came back)
+    score: float | None = None  # the score the source reports (its configured aggregate)
+    scores: dict[str, float] = field(default_factory=dict)  # every aggregate, when computable
+    above_threshold: bool | None = None  # the source's own selectivity decision
+    latency_ms: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class FimAnswer:
+    text: str | None
+    latency_ms: float = 0.0
+    error: str | None = None
+
+
+class Suggester(Protocol):
+    name: str
+    score_aggregate: str | None  # the aggregate behind ``EditAnswer.score``
+    threshold: float | None  # the selectivity threshold the source applies
+
+    def edit(self, points: list[EditPoint]) -> list[EditAnswer]: ...
+
+    def fim(self, points: list[FimPoint]) -> list[FimAnswer]: ...
+
+
+FIM_MAX_TOKENS = 48  # enough for the rest of a line; the answer is cut at its first newline
+
+
+class EngineSuggester:
+    """``model.api.Engine`` called directly (``--in-process --model DIR``)."""
+
+    def __init__(self, engine, effort: str | None = None, seed: int = 0, batch_size: int = 1):
+        self.engine = engine
+        self.effort = effort
+        self.seed = seed
+        self.batch_size = max(1, batch_size)
+        self.name = f"in-process:{engine.ck.meta.get('recipe', 'model')}"
+        self.score_aggregate = engine.inference.score_aggregate
+        self.threshold = engine.inference.selectivity_threshold
+
+    def _options(self, stop: list[str] | None = None):
+        from model.api import SamplingOptions
+
+        return SamplingOptions(effort=self.effort, seed=self.seed, stop=stop or [])
+
+    def _run(self, reqs: list, convert) -> list:
+        out = []
+        for i in range(0, len(reqs), self.batch_size):
+            chunk = reqs[i : i + self.batch_size]
+            try:
+                out += [convert(c) for c in self.engine.complete_batch(chunk)]
+            except Exception:  # one bad request must not sink its batch: retry them one by one
+                for r in chunk:
+                    t0 = time.perf_counter()
+                    try:
+                        out.append(convert(self.engine.complete(r)))
+                    except Exception as e:  # engine refusals are data for the robustness table
+                        out.append(convert(None, f"{type(e).__name__}: {e}", time.perf_counter() - t0))
+        return out
+
+    def edit(self, points: list[EditPoint]) -> list[EditAnswer]:
+        from model.api import EditRequest
+        from model.scoring import AGGREGATES, aggregate
+
+        def convert(c, error: str | None = None, dt: float = 0.0) -> EditAnswer:
+            if c is None:
+                return EditAnswer(None, latency_ms=dt * 1000, error=error)
+            scores = {name: aggregate(c.token_confidences, name) for name in AGGREGATES}
+            return EditAnswer(c.text, c.score, scores, c.above_threshold, c.latency_s * 1000)
+
+        return self._run([EditRequest(prompt=p.prompt, options=self._options()) for p in points], convert)
+
+    def fim(self, points: list[FimPoint]) -> list[FimAnswer]:
+        from model.api import FimRequest
+
+        def convert(c, error: str | None = None, dt: float = 0.0) -> FimAnswer:
+            if c is None:
+                return FimAnswer(None, dt * 1000, error)
+            return FimAnswer(c.text, c.latency_s * 1000)
+
+        reqs = [
+            FimRequest(prefix=p.prefix, suffix=p.suffix, max_tokens=FIM_MAX_TOKENS, options=self._options(["\n"]))
+            for p in points
+        ]
+        return self._run(reqs, convert)
+
+
+def strip_fence(content: str | None) -> str | None:
+    """The region inside the ```` ``` ```` fence of an ``/v1/edit/completions`` answer."""
+    if content is None:
+        return None
+    text = content
+    if text.startswith("```"):
+        nl = text.find("\n")
+        text = text[nl + 1 :] if nl >= 0 else ""
+    if text.endswith("```"):
+        text = text[:-3]
+    return text
+
+
+class HttpSuggester:
+    """A running ``editserver serve`` (or any Inception-compatible server) at ``base_url``."""
+
+    def __init__(self, base_url: str, effort: str | None = None, seed: int = 0, api_key: str | None = None,
+                 timeout_s: float = 120.0, model: str = "mercury-edit"):
+        import httpx
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.name = f"http:{base_url}"
+        self.effort, self.seed, self.model = effort, seed, model
+        self.score_aggregate: str | None = None
+        self.threshold: float | None = None
+
+    def _post(self, path: str, body: dict) -> tuple[dict | None, float, str | None]:
+        import httpx
+
+        if self.effort:
+            body["reasoning_effort"] = self.effort
+        body.update(model=self.model, temperature=0, seed=self.seed)
+        t0 = time.perf_counter()
+        try:
+            r = self.client.post(path, json=body)
+        except httpx.HTTPError as e:
+            return None, (time.perf_counter() - t0) * 1000, f"{type(e).__name__}: {e}"
+        dt = (time.perf_counter() - t0) * 1000
+        try:
+            data = r.json()
+        except ValueError:
+            return None, dt, f"HTTP {r.status_code}: not JSON"
+        if r.status_code != 200:
+            msg = data.get("error", {}).get("message", "") if isinstance(data, dict) else ""
+            return None, dt, f"HTTP {r.status_code}: {msg}"
+        return data, dt, None
+
+    def edit(self, points: list[EditPoint]) -> list[EditAnswer]:
+        out = []
+        for p in points:
+            data, dt, err = self._post("/v1/edit/completions", {"messages": [{"role": "user", "content": p.prompt}]})
+            if data is None:
+                out.append(EditAnswer(None, latency_ms=dt, error=err))
+                continue
+            info = data.get("editserver") or {}
+            content = strip_fence((data.get("choices") or [{}])[0].get("message", {}).get("content"))
+            text = info.get("suggestion") if info.get("suggestion") is not None else content
+            score = info.get("score")
+            if info.get("threshold") is not None:
+                self.threshold = float(info["threshold"])
+            out.append(EditAnswer(text, score, {}, info.get("above_threshold"), dt))
+        return out
+
+    def fim(self, points: list[FimPoint]) -> list[FimAnswer]:
+        out = []
+        for p in points:
+            body = {"prompt": p.prefix, "suffix": p.suffix, "max_tokens": FIM_MAX_TOKENS, "stop": ["\n"]}
+            data, dt, err = self._post("/v1/fim/completions", body)
+            if data is None:
+                out.append(FimAnswer(None, dt, err))
+                continue
+            out.append(FimAnswer((data.get("choices") or [{}])[0].get("text"), dt))
+        return out
+
+    def close(self) -> None:
+        self.client.close()
