@@ -4,7 +4,7 @@ Design decisions:
 - Every field a client may send is declared here with its range, so FastAPI's validation (and the
   OpenAPI schema schemathesis fuzzes) names the offending field; the translation into
   ``model.api`` requests (``to_engine``) happens in this module only, so handlers stay thin.
-- Types are strict (no ``false`` as 0, no ``"1"`` as 1), as OpenAI's API is; ints are fine for floats.
+- Types are JSON types: no ``false`` as 0, no ``"1"`` as 1 (as OpenAI's API); ``5.0`` is an integer.
 - Unknown fields are ignored, not rejected: editors send extras (Continue's ``nextEdit``, OpenAI's
   ``user``/``logprobs``), and an OpenAI-compatible server must not break on them.
 - Ranges follow OpenAI where Inception documents none: temperature [0, 2], top_p [0, 1],
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
 from model.api import EditRequest, FimRequest, SamplingOptions
 from model.prompt import parse_prompt
@@ -40,6 +40,16 @@ CONTINUE_EMPTY_SUFFIX = "<|endoftext|>"
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 Effort = Literal["instant", "low", "medium", "high"]
+
+
+def _number_only(v: object) -> object:
+    """JSON numbers only: ``true`` or ``"3"`` are not numbers (``5.0`` is a fine integer)."""
+    if isinstance(v, (bool, str)):
+        raise ValueError("Input should be a JSON number")
+    return v
+
+
+NUMBER = BeforeValidator(_number_only)  # after the range in ``Annotated`` so the schema keeps min/max
 
 
 class RequestError(ValueError):
@@ -65,29 +75,31 @@ class Limits:
 
 # ---- requests ----------------------------------------------------------------------------------
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    include_usage: bool = False
+    model_config = ConfigDict(extra="ignore")
+    include_usage: StrictBool = False
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="ignore")
 
-    model: str | None = Field(None, max_length=256, description="any name; served by the loaded model")
-    max_tokens: int | None = Field(None, ge=1, le=CONTEXT_WINDOW)
-    max_completion_tokens: int | None = Field(None, ge=1, le=CONTEXT_WINDOW)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, ge=0.0, le=1.0)
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, description="accepted, not applied")
+    model: StrictStr | None = Field(None, max_length=256, description="any name; served by the loaded model")
+    max_tokens: Annotated[int, Field(ge=1, le=CONTEXT_WINDOW), NUMBER] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1, le=CONTEXT_WINDOW), NUMBER] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0), NUMBER] | None = None
+    top_p: Annotated[float, Field(ge=0.0, le=1.0), NUMBER] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0), NUMBER] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0), NUMBER] | None = Field(
+        None, description="accepted, not applied"
+    )
     stop: str | Annotated[list[str], Field(max_length=4)] | None = Field(
         None, description="up to 4 stop sequences"
     )
-    stream: bool | None = False
+    stream: StrictBool | None = False
     stream_options: StreamOptions | None = None
-    diffusing: bool | None = Field(False, description="with stream: send every intermediate draft")
+    diffusing: StrictBool | None = Field(False, description="with stream: send every intermediate draft")
     reasoning_effort: Effort | None = None
-    seed: int | None = Field(None, ge=0, le=2**53 - 1)  # JSON-safe integers
-    n: int | None = Field(None, ge=1, le=1)
+    seed: Annotated[int, Field(ge=0, le=2**53 - 1), NUMBER] | None = None  # JSON-safe integers
+    n: Annotated[int, Field(ge=1, le=1), NUMBER] | None = None
 
     @property
     def streaming(self) -> bool:
@@ -140,13 +152,13 @@ class FimBody(_Common):
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="ignore")
     type: str = "text"
     text: str | None = None
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="ignore")
     role: str = Field(..., max_length=64)
     content: str | list[ContentPart] | None = None
 

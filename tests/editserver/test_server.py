@@ -419,12 +419,28 @@ def test_metrics_and_structured_log(server):
 
 
 # ---- fuzzing -----------------------------------------------------------------------------------
+def fuzz_operation(strategy, base_url: str, excluded: list | None) -> None:
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(
+        max_examples=8,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=strategy)
+    def check(case):
+        case.call_and_validate(base_url=base_url, excluded_checks=excluded, timeout=60)
+
+    check()
+
+
 def test_schemathesis_fuzz(server):
     """Schema-valid and schema-violating requests from the app's own OpenAPI: never a 5xx, always the
     documented shapes and statuses; the server answers normally afterwards. Bounded: a few examples
     per operation and mode, derandomized so the default tier is reproducible."""
     import schemathesis
-    from hypothesis import HealthCheck, given, settings
     from schemathesis.checks import positive_data_acceptance
 
     schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
@@ -442,19 +458,7 @@ def test_schemathesis_fuzz(server):
         # a schema cannot express Inception's prompt layout, so schema-valid edit bodies may get a 400
         excluded = [positive_data_acceptance] if op.path == "/v1/edit/completions" else None
         for mode in modes:
-
-            @settings(
-                max_examples=8,
-                deadline=None,
-                database=None,
-                derandomize=True,
-                suppress_health_check=list(HealthCheck),
-            )
-            @given(case=op.as_strategy(generation_mode=mode))
-            def check(case, excluded=excluded):
-                case.call_and_validate(base_url=server.url, excluded_checks=excluded, timeout=60)
-
-            check()
+            fuzz_operation(op.as_strategy(generation_mode=mode), server.url, excluded)
     r = httpx.post(f"{server.url}/v1/fim/completions", json={"prompt": "x", "max_tokens": 2}, timeout=60)
     assert r.status_code == 200
 
