@@ -144,3 +144,17 @@ async def test_disabled_by_settings_and_invalid_options_warn(tiny_server, base_o
             types.DidChangeConfigurationParams(settings={"editserver": {"languages": ["go"]}})
         )
         assert not (await s.inline(URI, 6, 4)).items
+
+
+async def test_telemetry_off_writes_nothing(tiny_server, tmp_path):
+    path = tmp_path / "off.sqlite3"
+    async with lsp_session(
+        tiny_server, {"debounceMs": 0, "telemetry": {"enabled": False, "path": str(path)}}
+    ) as s:
+        s.open(URI, SRC, "python")
+        item = (await s.inline(URI, 6, 4)).items[0]
+        sid = item.command.arguments[0]["id"]
+        s.client.protocol.notify("editserver/didShow", {"id": sid})
+        s.client.protocol.notify("editserver/didAccept", {"id": sid})
+        await s.state(URI)
+    assert not path.exists()

@@ -20,9 +20,7 @@ FILLER = "".join(
 SRC = (
     "def compute(items, tax):\n"
     "    total = sum(items)\n"
-    "    return total * (1 + tax)\n"
-    + FILLER
-    + "\n\ndef report(items):\n"
+    "    return total * (1 + tax)\n" + FILLER + "\n\ndef report(items):\n"
     "    value = compute(items, 0.2)\n"
     "    print(value)\n"
     "\n"
@@ -77,7 +75,9 @@ async def test_rename_at_definition_asks_about_call_sites(tiny_server, base_opti
         # rename at the definition, typed one character at a time
         for i, ch in enumerate("_total"):
             s.replace(URI, (0, 11 + i), (0, 11 + i), ch)
-        res = await s.request("editserver/nextEdit", {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 17}})
+        res = await s.request(
+            "editserver/nextEdit", {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 17}}
+        )
         assert isinstance(res["id"], str) and res["id"]
         assert isinstance(res["edits"], list) and isinstance(res["score"], (int, float))
         regions = res["regions"]
@@ -92,7 +92,10 @@ async def test_rename_at_definition_asks_about_call_sites(tiny_server, base_opti
         # Copilot's NES shape answers from the same machinery
         cop = await s.request(
             "textDocument/copilotInlineEdit",
-            {"textDocument": {"uri": URI, "version": s.versions[URI]}, "position": {"line": 0, "character": 17}},
+            {
+                "textDocument": {"uri": URI, "version": s.versions[URI]},
+                "position": {"line": 0, "character": 17},
+            },
         )
         assert set(cop) == {"edits"}
         for e in cop["edits"]:
@@ -102,10 +105,15 @@ async def test_rename_at_definition_asks_about_call_sites(tiny_server, base_opti
 async def test_next_edit_errors_and_disabled(tiny_server, base_options):
     async with lsp_session(tiny_server, {**base_options, "enableNextEdit": False}) as s:
         s.open(URI, SRC, "python")
-        res = await s.request("editserver/nextEdit", {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}})
+        res = await s.request(
+            "editserver/nextEdit", {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}}
+        )
         assert res["edits"] == [] and res["regions"] == []
         for bad, needle in [
-            ({"textDocument": {"uri": "file:///nope.py"}, "position": {"line": 0, "character": 0}}, "not open"),
+            (
+                {"textDocument": {"uri": "file:///nope.py"}, "position": {"line": 0, "character": 0}},
+                "not open",
+            ),
             ({"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}}, "position"),
             ({"position": {"line": 0, "character": 0}}, "textDocument"),
         ]:
