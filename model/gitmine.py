@@ -133,7 +133,12 @@ def select_commits(
 
 
 def mine_commit(
-    repo, commit, stats: Counter, *, max_file_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FILES_PER_COMMIT,
+    repo,
+    commit,
+    stats: Counter,
+    *,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_files: int = MAX_FILES_PER_COMMIT,
     name: str | None = None,
 ) -> Iterator[dict]:
     if not commit.parents:
@@ -177,8 +182,9 @@ def mine_commit(
             stats["mode_only"] += 1
             continue
         b_lines, a_lines = before.splitlines(keepends=True), after.splitlines(keepends=True)
-        patch = repo.git.diff(parent.hexsha, commit.hexsha, "-U0", "--no-color", "--no-ext-diff",
-                              "--no-renames", "--", path)
+        patch = repo.git.diff(
+            parent.hexsha, commit.hexsha, "-U0", "--no-color", "--no-ext-diff", "--no-renames", "--", path
+        )
         hunks = hunks_from_git_diff(patch, a_lines)
         if _apply(b_lines, hunks) != a_lines:
             hunks = hunks_from_difflib(b_lines, a_lines)
@@ -237,8 +243,14 @@ def mine_repo(
         for sha in shas:
             stats["commits"] += 1
             try:
-                yield from mine_commit(repo, repo.commit(sha), stats, max_file_bytes=max_file_bytes,
-                                       max_files=max_files, name=name)
+                yield from mine_commit(
+                    repo,
+                    repo.commit(sha),
+                    stats,
+                    max_file_bytes=max_file_bytes,
+                    max_files=max_files,
+                    name=name,
+                )
             except (git.GitCommandError, ValueError):
                 stats["commit_error"] += 1  # an unreadable object must not end the walk
     finally:

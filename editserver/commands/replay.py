@@ -26,45 +26,104 @@ def register(sub: argparse._SubParsersAction) -> None:
         "lines; report acceptance, utility and latency, and tune the selectivity threshold.",
     )
     p.add_argument("repos", nargs="*", metavar="REPO_PATH", help="git repositories to mine (gitpython)")
-    p.add_argument("--records", nargs="+", default=[], metavar="FILE",
-                   help="commit-edit record files (*.jsonl.xz) or directories of them to evaluate on")
-    p.add_argument("--tune-records", nargs="+", default=[], metavar="FILE",
-                   help="record files of *training* repositories to choose the aggregate and threshold on")
-    p.add_argument("--shared-edits", type=Path, default=None, metavar="DIR",
-                   help="evaluate on DIR's held-out repositories and tune on the others (model.data.HELD_OUT_REPOS)")
+    p.add_argument(
+        "--records",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="commit-edit record files (*.jsonl.xz) or directories of them to evaluate on",
+    )
+    p.add_argument(
+        "--tune-records",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="record files of *training* repositories to choose the aggregate and threshold on",
+    )
+    p.add_argument(
+        "--shared-edits",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="evaluate on DIR's held-out repositories and tune on the others (model.data.HELD_OUT_REPOS)",
+    )
     src = p.add_argument_group("source of suggestions")
     src.add_argument("--server-url", default=None, help="a running editserver (POST /v1/edit/completions)")
     src.add_argument("--in-process", action="store_true", help="call model.api.Engine directly")
-    src.add_argument("--model", default=None, metavar="DIR", help="checkpoint directory (default: the shipped one)")
+    src.add_argument(
+        "--model", default=None, metavar="DIR", help="checkpoint directory (default: the shipped one)"
+    )
     src.add_argument("--device", default="cpu")
-    src.add_argument("--effort", choices=["instant", "low", "medium", "high"], default=None,
-                     help="sampler effort (default: the checkpoint's)")
-    src.add_argument("--batch-size", type=int, default=1, help="in-process requests decoded together (default 1)")
+    src.add_argument(
+        "--effort",
+        choices=["instant", "low", "medium", "high"],
+        default=None,
+        help="sampler effort (default: the checkpoint's)",
+    )
+    src.add_argument(
+        "--batch-size", type=int, default=1, help="in-process requests decoded together (default 1)"
+    )
     walk = p.add_argument_group("what to replay")
-    walk.add_argument("--max-points", type=int, default=300, help="next-edit requests evaluated (default 300)")
-    walk.add_argument("--max-fim", type=int, default=200, help="FIM requests evaluated (default 200; 0 = none)")
-    walk.add_argument("--tune-points", type=int, default=300, help="next-edit requests to tune on (default 300)")
-    walk.add_argument("--max-commits", type=int, default=500, help="repositories: newest N non-merge commits (default 500)")
-    walk.add_argument("--rev", default=None, help="repositories: revision or range, e.g. v1.0..main (default HEAD)")
-    walk.add_argument("--sample", type=int, default=None, help="repositories: a seeded sample of N of those commits")
-    walk.add_argument("--max-steps", type=int, default=4, help="steps (k values) kept per changed file (default 4)")
-    walk.add_argument("--no-final", action="store_true",
-                      help="do not ask after a file's last hunk (when nothing is left to do)")
-    walk.add_argument("--region-lines", type=int, default=16, help="editable region size in lines (default 16)")
-    walk.add_argument("--context-lines", type=int, default=20, help="file lines sent above and below the region (default 20)")
+    walk.add_argument(
+        "--max-points", type=int, default=300, help="next-edit requests evaluated (default 300)"
+    )
+    walk.add_argument(
+        "--max-fim", type=int, default=200, help="FIM requests evaluated (default 200; 0 = none)"
+    )
+    walk.add_argument(
+        "--tune-points", type=int, default=300, help="next-edit requests to tune on (default 300)"
+    )
+    walk.add_argument(
+        "--max-commits", type=int, default=500, help="repositories: newest N non-merge commits (default 500)"
+    )
+    walk.add_argument(
+        "--rev", default=None, help="repositories: revision or range, e.g. v1.0..main (default HEAD)"
+    )
+    walk.add_argument(
+        "--sample", type=int, default=None, help="repositories: a seeded sample of N of those commits"
+    )
+    walk.add_argument(
+        "--max-steps", type=int, default=4, help="steps (k values) kept per changed file (default 4)"
+    )
+    walk.add_argument(
+        "--no-final",
+        action="store_true",
+        help="do not ask after a file's last hunk (when nothing is left to do)",
+    )
+    walk.add_argument(
+        "--region-lines", type=int, default=16, help="editable region size in lines (default 16)"
+    )
+    walk.add_argument(
+        "--context-lines",
+        type=int,
+        default=20,
+        help="file lines sent above and below the region (default 20)",
+    )
     walk.add_argument("--history", type=int, default=3, help="edit-history diffs in the prompt (default 3)")
     walk.add_argument("--seed", type=int, default=0)
     thr = p.add_argument_group("selectivity threshold")
     thr.add_argument("--threshold", type=float, default=None, help="evaluate with this threshold instead")
     thr.add_argument("--aggregate", default=None, help="score aggregate for --threshold (model/scoring.py)")
-    thr.add_argument("--write-config", action="store_true",
-                     help="write the tuned threshold and aggregate into --model DIR/config.json")
+    thr.add_argument(
+        "--write-config",
+        action="store_true",
+        help="write the tuned threshold and aggregate into --model DIR/config.json",
+    )
     out = p.add_argument_group("output")
-    out.add_argument("--json", dest="json_out", default=None, metavar="OUT",
-                     help="write the result (summary, fim, every labelled suggestion, report) to OUT; "
-                     "OUT.html holds the report, OUT.log.jsonl the finished requests")
-    out.add_argument("--html", dest="html_out", default=None, metavar="FILE", help="report path (default OUT.html)")
-    out.add_argument("--resume", action="store_true", help="continue from OUT.log.jsonl of an interrupted run")
+    out.add_argument(
+        "--json",
+        dest="json_out",
+        default=None,
+        metavar="OUT",
+        help="write the result (summary, fim, every labelled suggestion, report) to OUT; "
+        "OUT.html holds the report, OUT.log.jsonl the finished requests",
+    )
+    out.add_argument(
+        "--html", dest="html_out", default=None, metavar="FILE", help="report path (default OUT.html)"
+    )
+    out.add_argument(
+        "--resume", action="store_true", help="continue from OUT.log.jsonl of an interrupted run"
+    )
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -94,15 +153,37 @@ def to_config(args: argparse.Namespace):
 
         model = str(DEFAULT_CHECKPOINT)
     return ReplayConfig(
-        repos=list(args.repos), records=records, tune_records=tune_records,
-        server_url=args.server_url, model=model, in_process=args.in_process, device=args.device,
-        effort=args.effort, batch_size=args.batch_size, max_points=args.max_points, max_fim=args.max_fim,
-        tune_points=args.tune_points, max_commits=args.max_commits, rev=args.rev, sample=args.sample,
-        threshold=args.threshold, aggregate=args.aggregate, write_config=args.write_config,
-        json_out=args.json_out, html_out=args.html_out, resume=args.resume, progress=not args.no_progress,
-        points=Options(region_lines=args.region_lines, region_above=min(5, args.region_lines // 3),
-                       context_lines=args.context_lines, history=args.history, max_steps=args.max_steps,
-                       include_final=not args.no_final, seed=args.seed),
+        repos=list(args.repos),
+        records=records,
+        tune_records=tune_records,
+        server_url=args.server_url,
+        model=model,
+        in_process=args.in_process,
+        device=args.device,
+        effort=args.effort,
+        batch_size=args.batch_size,
+        max_points=args.max_points,
+        max_fim=args.max_fim,
+        tune_points=args.tune_points,
+        max_commits=args.max_commits,
+        rev=args.rev,
+        sample=args.sample,
+        threshold=args.threshold,
+        aggregate=args.aggregate,
+        write_config=args.write_config,
+        json_out=args.json_out,
+        html_out=args.html_out,
+        resume=args.resume,
+        progress=not args.no_progress,
+        points=Options(
+            region_lines=args.region_lines,
+            region_above=min(5, args.region_lines // 3),
+            context_lines=args.context_lines,
+            history=args.history,
+            max_steps=args.max_steps,
+            include_final=not args.no_final,
+            seed=args.seed,
+        ),
     )
 
 
@@ -113,19 +194,25 @@ def _pct(v) -> str:
 def print_summary(result: dict) -> None:
     s, f = result["summary"], result["fim"]["summary"]
     thr = s["threshold"]
-    print(f"next edit: {s['requests']} requests · shown {_pct(s['shown_rate'])} · accepted {_pct(s['acceptance_rate'])}"
-          f" of shown · exact {_pct(s['exact_match_rate'])} · kept {_pct(s['kept_rate'])} · utility "
-          f"{'n/a' if s['utility'] is None else format(s['utility'], '+.3f')} · p50/p95 "
-          f"{s['latency_ms']['p50'] or 0:.0f}/{s['latency_ms']['p95'] or 0:.0f} ms · threshold "
-          f"{'server' if thr is None else f'{thr:.2f}'} ({s['score_aggregate']})")
+    print(
+        f"next edit: {s['requests']} requests · shown {_pct(s['shown_rate'])} · accepted {_pct(s['acceptance_rate'])}"
+        f" of shown · exact {_pct(s['exact_match_rate'])} · kept {_pct(s['kept_rate'])} · utility "
+        f"{'n/a' if s['utility'] is None else format(s['utility'], '+.3f')} · p50/p95 "
+        f"{s['latency_ms']['p50'] or 0:.0f}/{s['latency_ms']['p95'] or 0:.0f} ms · threshold "
+        f"{'server' if thr is None else f'{thr:.2f}'} ({s['score_aggregate']})"
+    )
     if f["requests"]:
-        print(f"fim: {f['requests']} requests · exact {_pct(f['exact_match_rate'])} · accepted prefix "
-              f"{f['accepted_prefix_chars']:.1f} chars ({_pct(f['accepted_prefix_fraction'])})")
+        print(
+            f"fim: {f['requests']} requests · exact {_pct(f['exact_match_rate'])} · accepted prefix "
+            f"{f['accepted_prefix_chars']:.1f} chars ({_pct(f['accepted_prefix_fraction'])})"
+        )
     if result.get("tuning"):
         ch = result["tuning"]["chosen"]
-        print(f"tuned on training repositories: {ch['score_aggregate']} >= {ch['selectivity_threshold']:.2f} "
-              f"(utility {ch['utility']:+.3f})" + (f", written to {result['tuning']['written_to']}"
-                                                   if result["tuning"].get("written_to") else ""))
+        print(
+            f"tuned on training repositories: {ch['score_aggregate']} >= {ch['selectivity_threshold']:.2f} "
+            f"(utility {ch['utility']:+.3f})"
+            + (f", written to {result['tuning']['written_to']}" if result["tuning"].get("written_to") else "")
+        )
     skipped = {k: v for k, v in result["robustness"].items() if k not in ("commits", "records")}
     if skipped:
         print("skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())))

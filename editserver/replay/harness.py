@@ -58,8 +58,19 @@ class ReplayConfig:
         """The settings that decide which requests are made and how they are answered."""
         d = asdict(self)
         # budgets are left out: a resumed run may ask for more points and keeps the ones it has
-        for k in ("threshold", "aggregate", "write_config", "json_out", "html_out", "resume", "progress",
-                  "batch_size", "max_points", "max_fim", "tune_points"):
+        for k in (
+            "threshold",
+            "aggregate",
+            "write_config",
+            "json_out",
+            "html_out",
+            "resume",
+            "progress",
+            "batch_size",
+            "max_points",
+            "max_fim",
+            "tune_points",
+        ):
             d.pop(k)
         return d
 
@@ -68,8 +79,9 @@ def make_suggester(cfg: ReplayConfig) -> Suggester:
     if cfg.in_process or (cfg.server_url is None and cfg.model is not None):
         from model.api import Engine
 
-        return EngineSuggester(Engine.load(cfg.model, device=cfg.device), cfg.effort, cfg.points.seed,
-                               cfg.batch_size)
+        return EngineSuggester(
+            Engine.load(cfg.model, device=cfg.device), cfg.effort, cfg.points.seed, cfg.batch_size
+        )
     if cfg.server_url is None:
         raise ValueError("name a source of suggestions: --server-url URL or --in-process [--model DIR]")
     return HttpSuggester(cfg.server_url, cfg.effort, cfg.points.seed)
@@ -77,17 +89,21 @@ def make_suggester(cfg: ReplayConfig) -> Suggester:
 
 def collect(cfg: ReplayConfig, stats: Counter):
     budget = Budget(cfg.max_points, cfg.max_fim)
-    edits, fims = from_record_files(record_files(cfg.records), budget, cfg.points, stats) if cfg.records else ([], [])
+    edits, fims = (
+        from_record_files(record_files(cfg.records), budget, cfg.points, stats) if cfg.records else ([], [])
+    )
     for repo in cfg.repos:
         left = Budget(max(0, budget.max_points - len(edits)), max(0, budget.max_fim - len(fims)))
-        e, f = from_repository(repo, left, cfg.points, stats, max_commits=cfg.max_commits, rev=cfg.rev,
-                               sample=cfg.sample)
+        e, f = from_repository(
+            repo, left, cfg.points, stats, max_commits=cfg.max_commits, rev=cfg.rev, sample=cfg.sample
+        )
         edits += e
         fims += f
     tune_edits = []
     if cfg.tune_records:
-        tune_edits, _ = from_record_files(record_files(cfg.tune_records), Budget(cfg.tune_points, 0),
-                                          cfg.points, Counter())
+        tune_edits, _ = from_record_files(
+            record_files(cfg.tune_records), Budget(cfg.tune_points, 0), cfg.points, Counter()
+        )
     return edits, fims, tune_edits
 
 
@@ -104,8 +120,11 @@ def tune(rows: list[dict], s: Suggester) -> dict:
     agg, thr = metrics.choose(comparison, prefer=s.score_aggregate)
     return {
         "aggregates": comparison,
-        "chosen": {"score_aggregate": agg, "selectivity_threshold": thr,
-                   "utility": comparison[agg]["best_utility"]},
+        "chosen": {
+            "score_aggregate": agg,
+            "selectivity_threshold": thr,
+            "utility": comparison[agg]["best_utility"],
+        },
         "summary_untuned": metrics.summarize(rows, None, s.score_aggregate),
         "summary_tuned": metrics.summarize(rows, thr, agg),
     }
@@ -127,7 +146,9 @@ def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
     if cfg.write_config and not cfg.model:
         raise ValueError("--write-config needs --model DIR (the checkpoint to write the threshold into)")
     if cfg.write_config and not cfg.tune_records:
-        raise ValueError("--write-config needs --tune-records (tune on training repositories, never on what you report)")
+        raise ValueError(
+            "--write-config needs --tune-records (tune on training repositories, never on what you report)"
+        )
     stats: Counter = Counter()
     edits, fims, tune_edits = collect(cfg, stats)
     s = suggester or make_suggester(cfg)
@@ -144,7 +165,11 @@ def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
                 if cfg.write_config:
                     write_threshold(cfg.model, tuning["chosen"])
                     tuning["written_to"] = str(Path(cfg.model) / "config.json")
-        res = run_phase("eval", edits, fims, s, log, cfg.batch_size, cfg.progress) if complete else PhaseResult()
+        res = (
+            run_phase("eval", edits, fims, s, log, cfg.batch_size, cfg.progress)
+            if complete
+            else PhaseResult()
+        )
         complete = complete and res.complete
     finally:
         log.close()
@@ -164,8 +189,17 @@ def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
     return result
 
 
-def assemble(cfg: ReplayConfig, s: Suggester, edits: list[dict], fims: list[dict], thr: float | None,
-             agg: str | None, tuning: dict | None, stats: Counter, complete: bool) -> dict:
+def assemble(
+    cfg: ReplayConfig,
+    s: Suggester,
+    edits: list[dict],
+    fims: list[dict],
+    thr: float | None,
+    agg: str | None,
+    tuning: dict | None,
+    stats: Counter,
+    complete: bool,
+) -> dict:
     for r in edits:
         r["shown"] = metrics.is_shown(r, thr, agg)
         r["shown_score"] = metrics.row_score(r, agg)

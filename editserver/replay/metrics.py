@@ -100,7 +100,11 @@ def sweep(rows: list[dict], aggregate: str | None, grid: list[float] = GRID) -> 
     """Shown rate, acceptance rate and utility at each threshold (one pass over sorted scores)."""
     n = len(rows)
     cands = sorted(
-        ((row_score(r, aggregate) or 0.0, r["label"] == "accepted") for r in rows if r.get("label") in CANDIDATE),
+        (
+            (row_score(r, aggregate) or 0.0, r["label"] == "accepted")
+            for r in rows
+            if r.get("label") in CANDIDATE
+        ),
         reverse=True,
     )
     out = []
@@ -108,12 +112,14 @@ def sweep(rows: list[dict], aggregate: str | None, grid: list[float] = GRID) -> 
         shown = [ok for s, ok in cands if s >= t]
         acc = sum(shown)
         rej = len(shown) - acc
-        out.append({
-            "threshold": t,
-            "shown_rate": _ratio(len(shown), n),
-            "acceptance_rate": _ratio(acc, len(shown)),
-            "utility": _ratio(REWARD_ACCEPT * acc + REWARD_REJECT * rej, n) or 0.0,
-        })
+        out.append(
+            {
+                "threshold": t,
+                "shown_rate": _ratio(len(shown), n),
+                "acceptance_rate": _ratio(acc, len(shown)),
+                "utility": _ratio(REWARD_ACCEPT * acc + REWARD_REJECT * rej, n) or 0.0,
+            }
+        )
     return out
 
 
@@ -136,13 +142,18 @@ def compare_aggregates(rows: list[dict], aggregates: list[str]) -> dict[str, dic
     for a in aggregates:
         curve = sweep(rows, a)
         best = best_threshold(curve)
-        out[a] = {"auc": auc(rows, a), "best_threshold": best["threshold"], "best_utility": best["utility"],
-                  "curve": curve}
+        out[a] = {
+            "auc": auc(rows, a),
+            "best_threshold": best["threshold"],
+            "best_utility": best["utility"],
+            "curve": curve,
+        }
     return out
 
 
 def choose(comparison: dict[str, dict], prefer: str | None = None) -> tuple[str, float]:
     """(aggregate, threshold) with the best utility; AUC, then the current aggregate, break ties."""
+
     def key(item):
         name, c = item
         return (round(c["best_utility"], 12), c["auc"] or 0.0, name == prefer)

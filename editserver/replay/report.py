@@ -81,11 +81,20 @@ def table(rows: dict[str, dict], cols: list, first: str) -> str:
 
 
 def diff_html(before: str, after: str, label: str) -> str:
-    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), "region", label, lineterm="", n=2))
+    lines = list(
+        difflib.unified_diff(before.splitlines(), after.splitlines(), "region", label, lineterm="", n=2)
+    )
     out = []
     for line in lines:
-        cls = "hdr" if line.startswith(("---", "+++", "@@")) else "add" if line.startswith("+") else \
-            "del" if line.startswith("-") else ""
+        cls = (
+            "hdr"
+            if line.startswith(("---", "+++", "@@"))
+            else "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else ""
+        )
         out.append(f'<span class="{cls}">{escape(line)}</span>' if cls else escape(line))
     return "<pre>" + ("\n".join(out) or "(no change)") + "</pre>"
 
@@ -95,11 +104,16 @@ def _curves_chart(curve: list[dict], title: str, marker: float | None) -> str:
         "shown rate": [(c["threshold"], c["shown_rate"]) for c in curve],
         "acceptance": [(c["threshold"], c["acceptance_rate"]) for c in curve],
     }
-    rates = line_chart(pts, title=f"{title}: rates", x_label="threshold", y_label="rate",
-                       y_range=(0.0, 1.0), marker=marker)
-    util = line_chart({"utility": [(c["threshold"], c["utility"]) for c in curve]},
-                      title=f"{title}: utility per request", x_label="threshold", y_label="utility",
-                      marker=marker)
+    rates = line_chart(
+        pts, title=f"{title}: rates", x_label="threshold", y_label="rate", y_range=(0.0, 1.0), marker=marker
+    )
+    util = line_chart(
+        {"utility": [(c["threshold"], c["utility"]) for c in curve]},
+        title=f"{title}: utility per request",
+        x_label="threshold",
+        y_label="utility",
+        marker=marker,
+    )
     return f'<div class="charts">{rates}{util}</div>'
 
 
@@ -109,28 +123,38 @@ def _examples(rows: list[dict], label: str, n: int) -> str:
     out = []
     for r in picked[:n]:
         score = r.get("shown_score")
-        out.append(f"<h4>{escape(r['id'])} <span class='muted'>k={r['k']}/{r['n_hunks']} · "
-                   f"score {fmt(score, 'dec')} · "
-                   f"kept {100 * r.get('kept', 0):.0f}%{' · exact' if r.get('exact') else ''}</span></h4>")
+        out.append(
+            f"<h4>{escape(r['id'])} <span class='muted'>k={r['k']}/{r['n_hunks']} · "
+            f"score {fmt(score, 'dec')} · "
+            f"kept {100 * r.get('kept', 0):.0f}%{' · exact' if r.get('exact') else ''}</span></h4>"
+        )
         out.append(diff_html(r["region"], r.get("suggestion") or "", "suggested"))
         if r.get("window") is not None:
-            out.append("<div class='muted'>what the developer did next (region and the hunks it overlaps):</div>")
+            out.append(
+                "<div class='muted'>what the developer did next (region and the hunks it overlaps):</div>"
+            )
             out.append(diff_html(r["window"], r["expected"], "actual"))
     return "".join(out) or "<p class='muted'>none</p>"
 
 
 def render(result: dict) -> str:
     s = result["summary"]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>editserver replay</title>"
-             f"<style>{CSS}</style></head><body>"]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>editserver replay</title>"
+        f"<style>{CSS}</style></head><body>"
+    ]
     parts.append("<h1>editserver replay: acceptance on real git history</h1>")
     src = result.get("settings", {})
-    parts.append(f"<p class='muted'>suggester: {escape(str(result.get('suggester')))} · inputs: "
-                 f"{escape(', '.join(map(str, src.get('inputs', []))))} · seed {escape(str(src.get('seed')))}"
-                 f"{'' if result.get('complete', True) else ' · <b>interrupted: partial results</b>'}</p>")
+    parts.append(
+        f"<p class='muted'>suggester: {escape(str(result.get('suggester')))} · inputs: "
+        f"{escape(', '.join(map(str, src.get('inputs', []))))} · seed {escape(str(src.get('seed')))}"
+        f"{'' if result.get('complete', True) else ' · <b>interrupted: partial results</b>'}</p>"
+    )
     thr = s.get("threshold")
-    parts.append(f"<p>Threshold in force: <b>{'server decides' if thr is None else f'{thr:.2f}'}</b>"
-                 f" on aggregate <b>{escape(str(s.get('score_aggregate')))}</b>.</p>")
+    parts.append(
+        f"<p>Threshold in force: <b>{'server decides' if thr is None else f'{thr:.2f}'}</b>"
+        f" on aggregate <b>{escape(str(s.get('score_aggregate')))}</b>.</p>"
+    )
     parts.append("<h2>Next edit</h2>")
     parts.append(table({"all": s}, EDIT_COLS, "scope"))
     parts.append("<h3>Per language</h3>" + table(result.get("by_language", {}), EDIT_COLS, "language"))
@@ -145,30 +169,58 @@ def render(result: dict) -> str:
     tuning = result.get("tuning")
     if tuning:
         ch = tuning["chosen"]
-        parts.append(f"<p>Tuned on {tuning['summary_untuned']['requests']} requests from training "
-                     f"repositories: aggregate <b>{escape(ch['score_aggregate'])}</b>, threshold "
-                     f"<b>{ch['selectivity_threshold']:.2f}</b> (utility there {ch['utility']:+.3f} per request)."
-                     f"{' Written into ' + escape(str(tuning.get('written_to'))) + '.' if tuning.get('written_to') else ''}"
-                     "</p>")
-        rows = {name: {"auc": c["auc"], "best_threshold": c["best_threshold"], "best_utility": c["best_utility"]}
-                for name, c in tuning["aggregates"].items()}
-        parts.append(table(rows, [("ROC AUC", "auc", "dec"), ("best threshold", "best_threshold", "dec"),
-                                  ("best utility", "best_utility", "num")], "aggregate"))
-        util_series = {name: [(c["threshold"], c["utility"]) for c in a["curve"]]
-                       for name, a in tuning["aggregates"].items()}
-        parts.append(line_chart(util_series, title="training repositories: utility by aggregate",
-                                x_label="threshold", y_label="utility", marker=ch["selectivity_threshold"],
-                                width=620))
+        parts.append(
+            f"<p>Tuned on {tuning['summary_untuned']['requests']} requests from training "
+            f"repositories: aggregate <b>{escape(ch['score_aggregate'])}</b>, threshold "
+            f"<b>{ch['selectivity_threshold']:.2f}</b> (utility there {ch['utility']:+.3f} per request)."
+            f"{' Written into ' + escape(str(tuning.get('written_to'))) + '.' if tuning.get('written_to') else ''}"
+            "</p>"
+        )
+        rows = {
+            name: {"auc": c["auc"], "best_threshold": c["best_threshold"], "best_utility": c["best_utility"]}
+            for name, c in tuning["aggregates"].items()
+        }
+        parts.append(
+            table(
+                rows,
+                [
+                    ("ROC AUC", "auc", "dec"),
+                    ("best threshold", "best_threshold", "dec"),
+                    ("best utility", "best_utility", "num"),
+                ],
+                "aggregate",
+            )
+        )
+        util_series = {
+            name: [(c["threshold"], c["utility"]) for c in a["curve"]]
+            for name, a in tuning["aggregates"].items()
+        }
+        parts.append(
+            line_chart(
+                util_series,
+                title="training repositories: utility by aggregate",
+                x_label="threshold",
+                y_label="utility",
+                marker=ch["selectivity_threshold"],
+                width=620,
+            )
+        )
         chosen_curve = tuning["aggregates"][ch["score_aggregate"]]["curve"]
-        parts.append(_curves_chart(chosen_curve, "training repositories (tuning)", ch["selectivity_threshold"]))
+        parts.append(
+            _curves_chart(chosen_curve, "training repositories (tuning)", ch["selectivity_threshold"])
+        )
     if result.get("sweep"):
         parts.append(_curves_chart(result["sweep"], "evaluation repositories (validation)", thr))
-    parts.append("<h2>Examples</h2><h3>Accepted</h3>" + _examples(result.get("suggestions", []), "accepted", 5))
+    parts.append(
+        "<h2>Examples</h2><h3>Accepted</h3>" + _examples(result.get("suggestions", []), "accepted", 5)
+    )
     parts.append("<h3>Rejected</h3>" + _examples(result.get("suggestions", []), "rejected", 5))
     rob = result.get("robustness") or {}
     if rob:
-        parts.append("<h2>Robustness: what was skipped or failed</h2><table><tr><th>reason</th><th>count</th></tr>"
-                     + "".join(f"<tr><td>{escape(k)}</td><td>{v}</td></tr>" for k, v in sorted(rob.items()))
-                     + "</table>")
+        parts.append(
+            "<h2>Robustness: what was skipped or failed</h2><table><tr><th>reason</th><th>count</th></tr>"
+            + "".join(f"<tr><td>{escape(k)}</td><td>{v}</td></tr>" for k, v in sorted(rob.items()))
+            + "</table>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts)

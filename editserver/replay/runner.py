@@ -148,8 +148,13 @@ def run_phase(
     from tqdm import tqdm
 
     res = PhaseResult()
-    bar = tqdm(total=len(edit_points) + len(fim_points), desc=f"replay {phase}", unit="req",
-               disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(edit_points) + len(fim_points),
+        desc=f"replay {phase}",
+        unit="req",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     try:
         for kind, points, ask, make, sink in (
             ("edit", edit_points, suggester.edit, edit_row, res.edits),
@@ -174,7 +179,9 @@ def run_phase(
                 bar.update(len(chunk))
                 if kind == "edit":
                     acc = sum(r["label"] == "accepted" for r in sink)
-                    bar.set_postfix(accepted=acc, proposed=sum(r["label"] in ("accepted", "rejected") for r in sink))
+                    bar.set_postfix(
+                        accepted=acc, proposed=sum(r["label"] in ("accepted", "rejected") for r in sink)
+                    )
     except KeyboardInterrupt:
         res.complete = False
     finally:

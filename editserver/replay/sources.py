@@ -74,8 +74,13 @@ def _sampled_records(path: Path, want: int, opt: Options, stats: Counter) -> lis
     return [r for _, r in sorted(picked, key=lambda x: x[0])]
 
 
-def _take(records: Iterator[dict], quota_edit: int, quota_fim: int, opt: Options, stats: Counter,
-          ) -> tuple[list[EditPoint], list[FimPoint]]:
+def _take(
+    records: Iterator[dict],
+    quota_edit: int,
+    quota_fim: int,
+    opt: Options,
+    stats: Counter,
+) -> tuple[list[EditPoint], list[FimPoint]]:
     edits: list[EditPoint] = []
     fims: list[FimPoint] = []
     for rec in records:
@@ -91,8 +96,12 @@ def _take(records: Iterator[dict], quota_edit: int, quota_fim: int, opt: Options
     return edits, fims
 
 
-def from_record_files(files: list[Path], budget: Budget, opt: Options, stats: Counter,
-                      ) -> tuple[list[EditPoint], list[FimPoint]]:
+def from_record_files(
+    files: list[Path],
+    budget: Budget,
+    opt: Options,
+    stats: Counter,
+) -> tuple[list[EditPoint], list[FimPoint]]:
     if not files:
         return [], []
     q_edit = math.ceil(budget.max_points / len(files))
@@ -116,9 +125,16 @@ def _round_robin(lists: list[list], limit: int) -> list:
     return out
 
 
-def from_repository(path: str | Path, budget: Budget, opt: Options, stats: Counter, *,
-                    max_commits: int | None, rev: str | None, sample: int | None,
-                    ) -> tuple[list[EditPoint], list[FimPoint]]:
+def from_repository(
+    path: str | Path,
+    budget: Budget,
+    opt: Options,
+    stats: Counter,
+    *,
+    max_commits: int | None,
+    rev: str | None,
+    sample: int | None,
+) -> tuple[list[EditPoint], list[FimPoint]]:
     from model.gitmine import mine_repo
 
     records = mine_repo(path, max_commits=max_commits, rev=rev, sample=sample, seed=opt.seed, stats=stats)

@@ -107,7 +107,9 @@ class EngineSuggester:
             return FimAnswer(c.text, c.latency_s * 1000)
 
         reqs = [
-            FimRequest(prefix=p.prefix, suffix=p.suffix, max_tokens=FIM_MAX_TOKENS, options=self._options(["\n"]))
+            FimRequest(
+                prefix=p.prefix, suffix=p.suffix, max_tokens=FIM_MAX_TOKENS, options=self._options(["\n"])
+            )
             for p in points
         ]
         return self._run(reqs, convert)
@@ -129,8 +131,15 @@ def strip_fence(content: str | None) -> str | None:
 class HttpSuggester:
     """A running ``editserver serve`` (or any Inception-compatible server) at ``base_url``."""
 
-    def __init__(self, base_url: str, effort: str | None = None, seed: int = 0, api_key: str | None = None,
-                 timeout_s: float = 120.0, model: str = "mercury-edit"):
+    def __init__(
+        self,
+        base_url: str,
+        effort: str | None = None,
+        seed: int = 0,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        model: str = "mercury-edit",
+    ):
         import httpx
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -164,7 +173,9 @@ class HttpSuggester:
     def edit(self, points: list[EditPoint]) -> list[EditAnswer]:
         out = []
         for p in points:
-            data, dt, err = self._post("/v1/edit/completions", {"messages": [{"role": "user", "content": p.prompt}]})
+            data, dt, err = self._post(
+                "/v1/edit/completions", {"messages": [{"role": "user", "content": p.prompt}]}
+            )
             if data is None:
                 out.append(EditAnswer(None, latency_ms=dt, error=err))
                 continue

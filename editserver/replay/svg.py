@@ -57,7 +57,9 @@ def line_chart(
         f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>',
     ]
     for t in _ticks(x0, x1, 6):
-        out.append(f'<line x1="{px(t):.1f}" y1="{top + ph}" x2="{px(t):.1f}" y2="{top + ph + 4}" stroke="#999"/>')
+        out.append(
+            f'<line x1="{px(t):.1f}" y1="{top + ph}" x2="{px(t):.1f}" y2="{top + ph + 4}" stroke="#999"/>'
+        )
         out.append(f'<text x="{px(t):.1f}" y="{top + ph + 16}" text-anchor="middle">{t:.2f}</text>')
     for t in _ticks(y0, y1, 5):
         out.append(f'<line x1="{left}" y1="{py(t):.1f}" x2="{left + pw}" y2="{py(t):.1f}" stroke="#eee"/>')
@@ -70,8 +72,10 @@ def line_chart(
         f"{escape(y_label)}</text>"
     )
     if marker is not None and x0 <= marker <= x1:
-        out.append(f'<line x1="{px(marker):.1f}" y1="{top}" x2="{px(marker):.1f}" y2="{top + ph}" '
-                   f'stroke="#000" stroke-dasharray="4 3"/>')
+        out.append(
+            f'<line x1="{px(marker):.1f}" y1="{top}" x2="{px(marker):.1f}" y2="{top + ph}" '
+            f'stroke="#000" stroke-dasharray="4 3"/>'
+        )
     for i, (name, pts) in enumerate(series.items()):
         color = PALETTE[i % len(PALETTE)]
         segs, cur = [], []
@@ -85,10 +89,14 @@ def line_chart(
         if cur:
             segs.append(cur)
         for seg in segs:
-            out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{" ".join(seg)}"/>')
+            out.append(
+                f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{" ".join(seg)}"/>'
+            )
         ly = top + 8 + i * 16
-        out.append(f'<line x1="{left + pw + 10}" y1="{ly}" x2="{left + pw + 28}" y2="{ly}" '
-                   f'stroke="{color}" stroke-width="2"/>')
+        out.append(
+            f'<line x1="{left + pw + 10}" y1="{ly}" x2="{left + pw + 28}" y2="{ly}" '
+            f'stroke="{color}" stroke-width="2"/>'
+        )
         out.append(f'<text x="{left + pw + 32}" y="{ly + 4}">{escape(name)}</text>')
     out.append("</svg>")
     return "\n".join(out)

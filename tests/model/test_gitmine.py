@@ -38,13 +38,42 @@ def commit(repo: git.Repo, msg: str, write: dict | None = None, delete=(), move=
 def repo(tmp_path_factory) -> git.Repo:
     r = git.Repo.init(tmp_path_factory.mktemp("mine"))
     base = "def f(a):\n    return a\n\n\ndef g(b):\n    return b\n"
-    commit(r, "initial", {"m.py": base, "gone.py": "x = 1\n", "old.py": "y = 2\n", "README.md": "hi\n",
-                          "bin.py": "a = 1\n", "big.py": "z = 0\n", "enc.py": "s = 'a'\n"}, when=1)
-    commit(r, "edit m\n\nlonger body\n",
-           {"m.py": base.replace("return a", "return a + 1").replace("return b", "return b * 2"),
-            "README.md": "hello\n"}, when=2)
-    commit(r, "skips", {"bin.py": b"a = 1\0\n", "big.py": "z = 0\n" * 20_000, "enc.py": "s = '\xe9'\n".encode("latin-1"),
-                        "new.py": "n = 1\n"}, delete=["gone.py"], move=[("old.py", "renamed.py")], when=3)
+    commit(
+        r,
+        "initial",
+        {
+            "m.py": base,
+            "gone.py": "x = 1\n",
+            "old.py": "y = 2\n",
+            "README.md": "hi\n",
+            "bin.py": "a = 1\n",
+            "big.py": "z = 0\n",
+            "enc.py": "s = 'a'\n",
+        },
+        when=1,
+    )
+    commit(
+        r,
+        "edit m\n\nlonger body\n",
+        {
+            "m.py": base.replace("return a", "return a + 1").replace("return b", "return b * 2"),
+            "README.md": "hello\n",
+        },
+        when=2,
+    )
+    commit(
+        r,
+        "skips",
+        {
+            "bin.py": b"a = 1\0\n",
+            "big.py": "z = 0\n" * 20_000,
+            "enc.py": "s = '\xe9'\n".encode("latin-1"),
+            "new.py": "n = 1\n",
+        },
+        delete=["gone.py"],
+        move=[("old.py", "renamed.py")],
+        when=3,
+    )
     commit(r, "mass reformat", {f"pkg/f{i}.py": f"v = {i}\n" for i in range(120)}, when=4)
     main = r.active_branch
     side = r.create_head("side")
@@ -53,8 +82,18 @@ def repo(tmp_path_factory) -> git.Repo:
     commit(r, "side change", {"m.py": edited.replace("def g(b)", "def g(b, c=0)")}, when=5)
     main.checkout()
     commit(r, "main change", {"m.py": edited.replace("def f(a)", "def f(a, k=1)")}, when=6)
-    r.git.merge("side", "-m", "merge side", "--no-ff", env={"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "d@e",
-                                                             "GIT_COMMITTER_NAME": "Dev", "GIT_COMMITTER_EMAIL": "d@e"})
+    r.git.merge(
+        "side",
+        "-m",
+        "merge side",
+        "--no-ff",
+        env={
+            "GIT_AUTHOR_NAME": "Dev",
+            "GIT_AUTHOR_EMAIL": "d@e",
+            "GIT_COMMITTER_NAME": "Dev",
+            "GIT_COMMITTER_EMAIL": "d@e",
+        },
+    )
     return r
 
 
