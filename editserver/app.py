@@ -3,10 +3,10 @@
 Design decisions:
 - ``create_app(settings, engine=None)`` is the one factory; handlers are thin: validate (schemas.py),
   submit to the scheduler (scheduler.py), shape the answer. Inference never runs on the event loop.
-- Errors always have OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 422 for a
-  field that fails its schema (``param`` names it), 400 for requests that parse but cannot be served
-  (malformed next-edit prompt, input beyond the 32K window, unparseable JSON), 401 for a missing or
-  wrong Bearer key, 429 when the queue is full, 404/405 for unknown routes, 500 (logged) otherwise.
+- Errors always have OpenAI's shape (errors.py): 422 names the invalid field, 400 for requests that
+  cannot be served (malformed prompt, beyond the 32K window), 401 bad key, 429 queue full.
+- Auth: with ``--api-key`` every ``/v1/*`` route needs ``Authorization: Bearer KEY`` (compared in
+  constant time); ``/health`` and ``/metrics`` stay open for local liveness probes and scrapers.
 - Next edit never returns "no prediction": when the model's rewrite is unchanged, truncated (ran out
   of canvas) or scores below the checkpoint's selectivity threshold, the content is the region as
   sent, so Zed/Continue show nothing; our ``editserver`` field carries the score, whether it cleared
@@ -18,8 +18,8 @@ Design decisions:
   fail) before sending headers, so context-overflow and similar errors are real HTTP 400s.
 - Client disconnects: a watcher task waits for ``http.disconnect`` and sets the job's cancel event, so
   a queued job is dropped and a running one stops denoising at its next step. The log shows 499.
-- One structured (JSON) log line per request from an ASGI middleware, after the last byte is sent:
-  method, path, status, latency, queue time, tokens, steps. Logs go to stderr only.
+- One structured (JSON) log line per request (metrics.AccessLog), after the last byte is sent; the
+  handlers add tokens, steps, queue time and the edit outcome to it. Logs go to stderr only.
 """
 
 from __future__ import annotations
@@ -27,18 +27,16 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from editserver.metrics import Metrics
+from editserver.errors import APIError, install_error_handlers, translate
+from editserver.metrics import AccessLog, Metrics
 from editserver.scheduler import Cancelled, Job, QueueFull, Result, Scheduler
 from editserver.schemas import (
     EditBody,
@@ -56,10 +54,6 @@ from editserver.schemas import (
 from editserver.settings import Settings
 from model.api import Engine
 from model.prompt import PromptError, format_edit_response
-from model.transformer import ContextTooLongError
-
-access_log = logging.getLogger("editserver.access")
-log = logging.getLogger("editserver.app")
 
 FEATURES = ["fim", "next_edit", "streaming", "diffusing", "reasoning_effort", "stop", "include_usage"]
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -74,93 +68,8 @@ SSE_EVENT = {
 STREAMED = {200: {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 
 
-class APIError(Exception):
-    def __init__(
-        self, status: int, message: str, type_: str, param: str | None = None, code: str | None = None
-    ):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
-
-
-def error_response(
-    status: int,
-    message: str,
-    type_: str,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def _param(loc: tuple) -> str | None:
-    """A pydantic error location as a field path: ('body', 'messages', 0, 'content') -> messages.0.content."""
-    parts = [
-        str(p)
-        for p in loc[1:]
-        if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool")))
-    ]
-    return ".".join(parts) or None
-
-
-def _validation_error(exc: RequestValidationError) -> JSONResponse:
-    errors = exc.errors()
-    if any(e.get("type") == "json_invalid" for e in errors):
-        return error_response(
-            400, "could not parse the request body as JSON", "invalid_request_error", None, "invalid_json"
-        )
-    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-    param = _param(tuple(first.get("loc", ())))
-    if param is None and first.get("type") == "missing":
-        message = "the request body is required (a JSON object)"
-    else:
-        msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
-        message = f"invalid value for '{param}': {msg}" if param else msg
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return error_response(422, message, "invalid_request_error", param, "invalid_value")
-
-
 def _sse(obj: dict | str) -> bytes:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n".encode()
-
-
-class AccessLog:
-    """Pure ASGI middleware: request metrics and one JSON log line once the response is fully sent."""
-
-    def __init__(self, app, metrics: Metrics):
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        t0, status = time.perf_counter(), [500]
-
-        async def send_wrapper(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            endpoint = getattr(route, "path", None) or "other"
-            fields = dict(scope.get("state", {}).get("log", {}))
-            final = fields.pop("status", status[0])
-            latency = time.perf_counter() - t0
-            self.metrics.requests.labels(endpoint, str(final)).inc()
-            self.metrics.latency.labels(endpoint).observe(latency)
-            line = {
-                "event": "request",
-                "method": scope.get("method"),
-                "path": scope.get("path"),
-                "status": final,
-                "latency_ms": round(latency * 1000, 1),
-                **fields,
-            }
-            access_log.info(json.dumps(line, ensure_ascii=False))
 
 
 def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
@@ -188,43 +97,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     )
     app.state.engine, app.state.scheduler, app.state.metrics = engine, scheduler, metrics
     app.add_middleware(AccessLog, metrics=metrics)
-
-    # ---- errors --------------------------------------------------------------------------------
-    @app.exception_handler(APIError)
-    async def _api_error(_req: Request, exc: APIError):
-        headers = {"Retry-After": "1"} if exc.status == 429 else None
-        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code, headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_req: Request, exc: RequestValidationError):
-        return _validation_error(exc)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException):
-        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(exc.status_code, str(exc.detail), kind, None, None, exc.headers)
-
-    @app.exception_handler(Exception)
-    async def _crash(_req: Request, exc: Exception):
-        log.exception("unhandled error", exc_info=exc)
-        return error_response(
-            500, "internal server error (see the server log)", "server_error", None, "internal_error"
-        )
-
-    def _translate(exc: BaseException, param: str) -> APIError:
-        if isinstance(exc, QueueFull):
-            return APIError(429, str(exc), "rate_limit_error", None, "queue_full")
-        if isinstance(exc, ContextTooLongError):
-            return APIError(400, str(exc), "invalid_request_error", param, "context_length_exceeded")
-        if isinstance(exc, PromptError):
-            return APIError(400, str(exc), "invalid_request_error", param, "invalid_prompt")
-        if isinstance(exc, RequestError):
-            return APIError(400, str(exc), "invalid_request_error", exc.param or param, exc.code)
-        if isinstance(exc, Cancelled):
-            return APIError(503, str(exc), "server_error", None, "cancelled")
-        if isinstance(exc, ValueError):
-            return APIError(400, str(exc), "invalid_request_error", None, "invalid_value")
-        raise exc
+    install_error_handlers(app)
 
     # ---- auth ----------------------------------------------------------------------------------
     async def require_key(request: Request) -> None:
@@ -271,7 +144,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         try:
             engine_req = body.to_engine(limits)
         except (PromptError, RequestError) as exc:
-            raise _translate(exc, param) from exc
+            raise translate(exc, param) from exc
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
         on_step = None
@@ -283,7 +156,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         try:
             job = scheduler.submit(engine_req, on_step)
         except (QueueFull, Cancelled) as exc:
-            raise _translate(exc, param) from exc
+            raise translate(exc, param) from exc
         fut = asyncio.wrap_future(job.future)
         watcher = asyncio.create_task(_watch_disconnect(request, job))
         rid = f"{'cmpl' if kind == 'fim' else 'edit'}-{uuid.uuid4().hex[:24]}"
@@ -298,7 +171,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             if not fut.done():
                 job.cancel.set()
             if isinstance(exc, Exception):
-                raise _translate(exc, param) from exc
+                raise translate(exc, param) from exc
             raise
         if not body.streaming:
             watcher.cancel()
@@ -317,7 +190,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
                     yield _sse(payload)
                 yield _sse("[DONE]")
             except Exception as exc:  # noqa: BLE001 - headers are sent: report in-band, never crash
-                err = _translate(exc, param) if not isinstance(exc, APIError) else exc
+                err = translate(exc, param)
                 yield _sse(
                     {
                         "error": {

@@ -1,4 +1,4 @@
-"""Prometheus metrics for one server instance (``GET /metrics``).
+"""Prometheus metrics for one server instance (``GET /metrics``) and the per-request access log.
 
 Design decisions:
 - A private ``CollectorRegistry`` per app, not the global one: tests and benchmarks may build several
@@ -7,11 +7,18 @@ Design decisions:
   random URLs cannot blow up label cardinality (unknown paths count as ``other``).
 - Cancellation is counted by where it stopped the work: ``queued`` (never ran) or ``running`` (the
   denoising loop stopped early). Tests read these to prove a disconnect really stopped the work.
+- ``AccessLog`` is a pure ASGI middleware, so it sees the status and the *last* byte of streamed
+  responses too: it counts the request, observes its latency and writes one JSON line (method, path,
+  status, latency, plus whatever the handler put in ``request.state.log``: tokens, steps, queue time).
 - Histogram buckets are sized for this model: requests from milliseconds (tiny test model) to tens
   of seconds (long canvases on a busy CPU); tokens per step from 1 (sequential) to a whole block.
 """
 
 from __future__ import annotations
+
+import json
+import logging
+import time
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -23,6 +30,8 @@ from prometheus_client import (
 )
 
 from model.api import Completion
+
+access_log = logging.getLogger("editserver.access")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKENS_PER_STEP_BUCKETS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
@@ -95,3 +104,40 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class AccessLog:
+    """Pure ASGI middleware: request metrics and one JSON log line once the response is fully sent."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0, status = time.perf_counter(), [500]
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "other"
+            fields = dict(scope.get("state", {}).get("log", {}))
+            final = fields.pop("status", status[0])
+            latency = time.perf_counter() - t0
+            self.metrics.requests.labels(endpoint, str(final)).inc()
+            self.metrics.latency.labels(endpoint).observe(latency)
+            line = {
+                "event": "request",
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "status": final,
+                "latency_ms": round(latency * 1000, 1),
+                **fields,
+            }
+            access_log.info(json.dumps(line, ensure_ascii=False))
