@@ -123,3 +123,27 @@ async def test_next_edit_errors_and_disabled(tiny_server, base_options):
                 assert needle in str(e), e
             else:
                 raise AssertionError(f"no error for {bad}")
+
+
+def test_region_prompt_round_trips_through_the_model_parser():
+    from lsp.nextedit import build_region_prompt
+    from model.prompt import Snippet, parse_prompt
+
+    doc = Document(URI, SRC, 3, "python")
+    cursor = SRC.index("compute(items, 0.2)")
+    line = SRC.count("\n", 0, cursor)
+    region = Region(line - 1, line + 1)
+    prompt, start, text = build_region_prompt(
+        doc,
+        "shop.py",
+        region,
+        cursor,
+        [Snippet("lib.py", "def f():\n    pass\n")],
+        "--- shop.py\n+++ shop.py\n",
+        5,
+    )
+    p = parse_prompt(prompt)
+    assert p.file_path == "shop.py" and p.region == text and text.startswith("def report(items):\n")
+    assert p.region[p.cursor :].startswith("compute(items, 0.2)")
+    assert p.snippets[0].path == "lib.py" and p.history.startswith("--- shop.py")
+    assert len(p.above.splitlines()) == 5 and len(p.below.splitlines()) == 5
