@@ -190,6 +190,12 @@ class ModelClient:
                     self._spawn()
                 else:
                     self._down(f"the editserver child process exited with code {code}")
+            elif self.child is None and self.autostart and self._local() and self.restarts < 2:
+                # the server we were using (another editor's autostarted one) went away: start ours
+                self.restarts += 1
+                self._spawn()
+                self._set_state(STARTING, f"starting editserver at {self.server_url}")
+                started = time.monotonic()
             elif self.state == STARTING and time.monotonic() - started > AUTOSTART_WAIT_S:
                 self._down(f"editserver did not become healthy within {AUTOSTART_WAIT_S:.0f} s")
             await asyncio.sleep(HEALTH_POLL_S)
