@@ -7,6 +7,7 @@ Design decisions:
   access log is off because the app writes a richer one. Nothing is sent anywhere.
 - ``--threads`` sets torch's intra-op threads before loading (0 keeps torch's default); on a shared
   CPU one or two threads keep the machine responsive.
+- The API key may come from ``$EDITSERVER_API_KEY`` so it does not show in the process list.
 - Binding to anything but loopback is allowed but warned about: the server has no TLS.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,7 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--model", type=Path, default=None, help="checkpoint directory (default: the shipped model)"
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("EDITSERVER_API_KEY") or None,
+        help="require 'Authorization: Bearer KEY' on /v1/* (default: $EDITSERVER_API_KEY)",
+    )
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (default 64)")
     p.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default 8)")
     p.add_argument(

@@ -6,6 +6,9 @@ properties that must hold at any size: no errors, no lost requests, every reques
 
 from __future__ import annotations
 
+import re
+
+import httpx
 import pytest
 
 from editserver.bench.load import LocalServer, run_load
@@ -20,6 +23,11 @@ async def test_sixteen_clients_no_errors_no_losses(tiny_checkpoint):
         assert report.sent == report.completed == report.server_answered > 16, summary
         assert summary["p50_ms"] <= summary["p95_ms"] <= summary["max_ms"]
         assert "batch" in server.log()  # requests were logged with their batch size
+        # 16 clients and one model worker: queued compatible requests were decoded together
+        batches = re.search(
+            r"^editserver_batch_size_count ([0-9.]+)$", httpx.get(f"{server.url}/metrics").text, re.M
+        )
+        assert batches and float(batches.group(1)) < report.completed, summary
 
 
 def test_load_refuses_non_loopback():

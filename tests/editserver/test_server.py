@@ -486,3 +486,18 @@ def test_shipped_fim_and_zed_edit(shipped_server):
     choice = d["choices"][0]
     check_edit_content(choice["message"]["content"], d["editserver"], choice["finish_reason"])
     assert all(c["context_length"] == 32768 for c in httpx.get(f"{url}/v1/models").json()["data"])
+
+
+def test_serve_bad_model_dir_fails_fast(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("editserver")
+    r = subprocess.run(
+        [str(exe), "serve", "--model", str(tmp_path), "--port", "9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "not a checkpoint directory" in r.stderr
