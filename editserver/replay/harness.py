@@ -107,16 +107,14 @@ def collect(cfg: ReplayConfig, stats: Counter):
     return edits, fims, tune_edits
 
 
-def _aggregates(s: Suggester) -> list[str]:
-    if isinstance(s, EngineSuggester):
-        from model.scoring import AGGREGATES
-
-        return list(AGGREGATES)
-    return [s.score_aggregate or "server"]
+def _aggregates(rows: list[dict], s: Suggester) -> list[str]:
+    """The aggregates the rows were scored with (all of model.scoring in-process), else the source's."""
+    names = sorted({k for r in rows for k in (r.get("scores") or {})})
+    return names or [s.score_aggregate or "server"]
 
 
 def tune(rows: list[dict], s: Suggester) -> dict:
-    comparison = metrics.compare_aggregates(rows, _aggregates(s))
+    comparison = metrics.compare_aggregates(rows, _aggregates(rows, s))
     agg, thr = metrics.choose(comparison, prefer=s.score_aggregate)
     return {
         "aggregates": comparison,
