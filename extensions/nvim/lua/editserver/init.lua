@@ -1,0 +1,302 @@
+--- editserver for Neovim: starts `editserver lsp` for the configured filetypes and shows its
+--- ghost text and next edits.
+---
+--- Usage: require('editserver').setup({ ... }) — see lua/editserver/config.lua for every option.
+---
+--- Design decisions:
+--- - Thin client: suggestions come from the language server; this plugin renders them.
+--- - The client is started with vim.lsp.start() from a FileType autocmd (works on 0.10+). `cmd` is
+---   a function so the RPC client can be wrapped to observe inline completion responses (telemetry
+---   for the native 0.12 renderer, see ghost.lua).
+--- - Server state comes from `editserver/status` and is kept for statuslines
+---   (require('editserver').statusline()); outages are announced by the server itself through
+---   window/showMessage, once per outage, so the plugin does not add its own popup.
+--- - A missing executable is reported once per session with what to do, not per buffer.
+
+local config = require('editserver.config')
+local util = require('editserver.util')
+local ghost = require('editserver.ghost')
+local nextedit = require('editserver.nextedit')
+
+local api = vim.api
+local M = {}
+
+local state = {
+  opts = config.resolve({}),
+  problems = {},
+  setup = false,
+  enabled = true,
+  status = {}, -- last editserver/status params: {state, message?, latencyMs?}
+  told_missing = false,
+}
+
+function M.options()
+  return state.opts
+end
+
+function M.problems()
+  return state.problems
+end
+
+function M.is_setup()
+  return state.setup
+end
+
+--- Last `editserver/status` from the server: {state?, message?, latencyMs?}.
+function M.status()
+  return state.status
+end
+
+--- A short string for statuslines: "editserver: ready 84ms", "editserver: unreachable", "editserver: off".
+function M.statusline()
+  if not state.enabled then
+    return 'editserver: off'
+  end
+  local st = state.status
+  if not st.state then
+    return #vim.lsp.get_clients({ name = util.name }) > 0 and 'editserver: starting' or ''
+  end
+  local latency = st.state == 'ready' and st.latencyMs and (' %dms'):format(math.floor(st.latencyMs + 0.5)) or ''
+  return 'editserver: ' .. st.state .. latency
+end
+
+local function on_status(_, params)
+  if type(params) ~= 'table' then
+    return
+  end
+  local prev = state.status.latencyMs
+  state.status = vim.deepcopy(params)
+  if state.status.latencyMs == nil then
+    state.status.latencyMs = prev
+  end
+  api.nvim_exec_autocmds('User', { pattern = 'EditserverStatus', modeline = false, data = state.status })
+  vim.cmd.redrawstatus({ bang = true, mods = { silent = true, emsg_silent = true } })
+end
+
+local function highlights()
+  local set = function(name, link)
+    api.nvim_set_hl(0, name, { link = link, default = true })
+  end
+  set('EditserverGhost', vim.fn.hlexists('ComplHint') == 1 and 'ComplHint' or 'Comment')
+  local del = api.nvim_get_hl(0, { name = 'DiffDelete', link = false })
+  api.nvim_set_hl(0, 'EditserverNextEditDelete', { default = true, strikethrough = true, bg = del.bg, ctermbg = del.ctermbg })
+  set('EditserverNextEditInsert', 'DiffAdd')
+  set('EditserverNextEditSign', 'DiagnosticHint')
+end
+
+-- Keys: act when a suggestion is shown, otherwise do what the key normally does.
+local function map(bufnr, mode, lhs, fn, desc)
+  if not lhs then
+    return
+  end
+  vim.keymap.set(mode, lhs, function()
+    if not fn(bufnr) then
+      api.nvim_feedkeys(vim.keycode(lhs), 'n', false)
+    end
+  end, { buffer = bufnr, desc = 'editserver: ' .. desc })
+end
+
+local function keymaps(bufnr)
+  local k = state.opts.keymaps
+  map(bufnr, 'i', k.accept, function(b)
+    return ghost.accept(b)
+  end, 'accept ghost text')
+  map(bufnr, 'i', k.accept_word, function(b)
+    return ghost.accept_partial('word', b)
+  end, 'accept next word of ghost text')
+  map(bufnr, 'i', k.accept_line, function(b)
+    return ghost.accept_partial('line', b)
+  end, 'accept next line of ghost text')
+  map(bufnr, 'i', k.dismiss, function(b)
+    return ghost.dismiss(b)
+  end, 'dismiss ghost text')
+  map(bufnr, 'n', k.next_edit_jump, nextedit.jump, 'jump to / apply the next proposed edit')
+  map(bufnr, 'n', k.next_edit_accept, nextedit.accept, 'apply the proposed edit here')
+  map(bufnr, 'n', k.next_edit_accept_word, function(b)
+    return nextedit.accept_partial('word', b)
+  end, 'accept next word of the proposed edit')
+  map(bufnr, 'n', k.next_edit_accept_line, function(b)
+    return nextedit.accept_partial('line', b)
+  end, 'accept next line of the proposed edit')
+  map(bufnr, 'n', k.next_edit_dismiss, nextedit.dismiss, 'dismiss proposed edits')
+end
+
+local function on_attach(client, bufnr)
+  if not state.enabled then
+    return
+  end
+  ghost.attach(client, bufnr, state.opts)
+  nextedit.attach(client, bufnr, state.opts)
+  keymaps(bufnr)
+end
+
+--- Start (or reuse) the language server for `bufnr`.
+function M.attach(bufnr)
+  bufnr = bufnr == 0 and api.nvim_get_current_buf() or bufnr or api.nvim_get_current_buf()
+  local opts = state.opts
+  local exe, reason = config.executable(opts)
+  if not exe then
+    if not state.told_missing then
+      state.told_missing = true
+      vim.notify('editserver: ' .. reason, vim.log.levels.ERROR)
+    end
+    state.status = { state = 'unreachable', message = reason }
+    return nil
+  end
+  local argv = config.argv(opts, exe)
+  local init = config.init_options(opts, state.enabled)
+  local root = vim.fs.root(bufnr, { '.git' }) or vim.fn.getcwd()
+  return vim.lsp.start({
+    name = util.name,
+    cmd = function(dispatchers)
+      return ghost.wrap_rpc(vim.lsp.rpc.start(argv, dispatchers, { cwd = root }))
+    end,
+    root_dir = root,
+    init_options = init,
+    settings = { editserver = init },
+    handlers = { ['editserver/status'] = on_status },
+    on_attach = on_attach,
+  }, {
+    bufnr = bufnr,
+    reuse_client = function(client, conf)
+      return client.name == conf.name and not client:is_stopped()
+    end,
+  })
+end
+
+local function each_editserver_buffer(fn)
+  for _, client in ipairs(vim.lsp.get_clients({ name = util.name })) do
+    for bufnr in pairs(client.attached_buffers) do
+      fn(client, bufnr)
+    end
+  end
+end
+
+--- Turn suggestions on/off (the server stops computing them; state "disabled").
+function M.toggle(on)
+  if on == nil then
+    on = not state.enabled
+  end
+  state.enabled = on
+  local init = config.init_options(state.opts, on)
+  for _, client in ipairs(vim.lsp.get_clients({ name = util.name })) do
+    client.settings = { editserver = init }
+    util.notify(client, 'workspace/didChangeConfiguration', { settings = { editserver = init } })
+  end
+  each_editserver_buffer(function(client, bufnr)
+    if on then
+      on_attach(client, bufnr)
+    else
+      ghost.detach(bufnr)
+      nextedit.detach(bufnr)
+    end
+  end)
+  vim.notify('editserver: suggestions ' .. (on and 'on' or 'off'), vim.log.levels.INFO)
+end
+
+--- Stop the language server and start it again for every buffer it served.
+function M.restart()
+  local bufs = {}
+  each_editserver_buffer(function(client, bufnr)
+    bufs[bufnr] = true
+    ghost.detach(bufnr)
+    nextedit.detach(bufnr)
+    if util.has_011 then
+      client:stop(true)
+    else
+      client.stop(true)
+    end
+  end)
+  state.status = {}
+  vim.wait(2000, function()
+    return #vim.lsp.get_clients({ name = util.name }) == 0
+  end, 20)
+  for bufnr in pairs(bufs) do
+    if api.nvim_buf_is_valid(bufnr) then
+      M.attach(bufnr)
+    end
+  end
+end
+
+M.next_edit = {
+  request = nextedit.request,
+  jump = nextedit.jump,
+  accept = nextedit.accept,
+  accept_partial = nextedit.accept_partial,
+  dismiss = nextedit.dismiss,
+  current = nextedit.current,
+  last = nextedit.last,
+}
+M.ghost = {
+  accept = ghost.accept,
+  accept_partial = ghost.accept_partial,
+  dismiss = ghost.dismiss,
+  current = ghost.current,
+}
+
+local subcommands = {
+  toggle = function()
+    M.toggle()
+  end,
+  restart = M.restart,
+  status = function()
+    local line = M.statusline()
+    vim.notify(line ~= '' and line or 'editserver: not running', vim.log.levels.INFO)
+  end,
+  next_edit = function()
+    nextedit.request(0)
+  end,
+  log = function()
+    if state.opts.log_file then
+      vim.cmd.split(vim.fn.fnameescape(state.opts.log_file))
+    else
+      vim.cmd.split(vim.fn.fnameescape(vim.lsp.get_log_path()))
+    end
+  end,
+}
+
+---@param opts? table see config.lua
+function M.setup(opts)
+  local problems
+  state.opts, problems = config.resolve(opts)
+  state.problems = problems
+  state.setup = true
+  state.told_missing = false
+  for _, p in ipairs(problems) do
+    vim.notify('editserver: ' .. p .. ' (using the default)', vim.log.levels.WARN)
+  end
+  highlights()
+  local group = api.nvim_create_augroup('editserver', { clear = true })
+  api.nvim_create_autocmd('ColorScheme', { group = group, callback = highlights })
+  api.nvim_create_autocmd('FileType', {
+    group = group,
+    pattern = state.opts.filetypes,
+    callback = function(ev)
+      if vim.bo[ev.buf].buftype == '' then
+        M.attach(ev.buf)
+      end
+    end,
+  })
+  api.nvim_create_user_command('Editserver', function(cmd)
+    local fn = subcommands[cmd.fargs[1] or 'status']
+    if not fn then
+      vim.notify('editserver: unknown subcommand ' .. cmd.fargs[1], vim.log.levels.ERROR)
+      return
+    end
+    fn()
+  end, {
+    nargs = '?',
+    complete = function()
+      return vim.tbl_keys(subcommands)
+    end,
+    desc = 'editserver: toggle | restart | status | next_edit | log',
+  })
+  -- Buffers that were open before setup() ran.
+  for _, bufnr in ipairs(api.nvim_list_bufs()) do
+    if api.nvim_buf_is_loaded(bufnr) and vim.tbl_contains(state.opts.filetypes, vim.bo[bufnr].filetype) then
+      M.attach(bufnr)
+    end
+  end
+end
+
+return M

