@@ -214,15 +214,34 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         )
 
     # ---- response shaping ----------------------------------------------------------------------
-    def _info(res: Result, suppressed: bool = False, suggestion: str | None = None) -> dict:
+    def _edit_view(res: Result) -> tuple[str, str, str]:
+        """(region to show, finish_reason to report, outcome) for a next-edit result.
+
+        A suppressed rewrite is answered with the region as sent, which is complete: its
+        finish_reason is "stop"; the model's own finish reason stays in the ``editserver`` field."""
+        c = res.completion
+        region = c.region or ""
+        if c.finish_reason == "cancelled":
+            return region, "cancelled", "cancelled"
+        if c.finish_reason != "stop":
+            return region, "stop", "truncated"
+        if c.unchanged:
+            return region, "stop", "unchanged"
+        if not c.above_threshold:
+            return region, "stop", "below_threshold"
+        return c.text, "stop", "shown"
+
+    def _info(res: Result, outcome: str | None = None) -> dict:
         c = res.completion
         return SuggestionInfo(
             score=round(c.score, 6),
             above_threshold=bool(c.above_threshold if c.region is not None else c.score >= threshold),
             threshold=threshold,
             unchanged=c.unchanged,
-            suppressed=suppressed,
-            suggestion=suggestion,
+            suppressed=outcome is not None and outcome != "shown",
+            outcome=outcome,
+            suggestion=c.text if outcome is not None else None,
+            model_finish_reason=c.finish_reason,
             steps=c.steps,
             model_calls=c.model_calls,
             tokens_per_step=round(c.tokens_per_step, 3),
@@ -230,17 +249,6 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             queue_ms=round(res.queue_s * 1000, 1),
             batch_size=res.batch_size,
         ).model_dump()
-
-    def _edit_view(res: Result) -> tuple[str, bool, str]:
-        """(region to show, suppressed?, outcome label) for a next-edit result."""
-        c = res.completion
-        if c.finish_reason != "stop":
-            return c.region or "", True, "truncated"
-        if c.unchanged:
-            return c.region or "", True, "unchanged"
-        if not c.above_threshold:
-            return c.region or "", True, "below_threshold"
-        return c.text, False, "shown"
 
     def _usage(res: Result) -> dict:
         c = res.completion
@@ -290,20 +298,20 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     def _final_chunks(request: Request, kind: str, body, meta: dict, res: Result) -> list[dict]:
         c = res.completion
         if kind == "edit":
-            shown, suppressed, outcome = _edit_view(res)
+            shown, finish, outcome = _edit_view(res)
             metrics.edit_outcomes.labels(outcome).inc()
             _log(request, res, outcome=outcome)
-            text, info = format_edit_response(shown), _info(res, suppressed, c.text)
+            text, info = format_edit_response(shown), _info(res, outcome)
         else:
             _log(request, res)
-            text, info = c.text, _info(res)
+            text, finish, info = c.text, c.finish_reason, _info(res)
         chunks = []
         if body.diffusing_stream:
-            chunks.append(_chunk(kind, meta, text, c.finish_reason, body, info))
+            chunks.append(_chunk(kind, meta, text, finish, body, info))
         else:
             if text or kind == "edit":
                 chunks.append(_chunk(kind, meta, text, None, body))
-            chunks.append(_chunk(kind, meta, None if kind == "edit" else "", c.finish_reason, body, info))
+            chunks.append(_chunk(kind, meta, None if kind == "edit" else "", finish, body, info))
         if body.include_usage:
             chunks.append({**meta, "object": chunks[0]["object"], "choices": [], "usage": _usage(res)})
         return chunks
@@ -324,7 +332,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
                 },
                 headers={"X-Request-Id": meta["id"]},
             )
-        shown, suppressed, outcome = _edit_view(res)
+        shown, finish, outcome = _edit_view(res)
         metrics.edit_outcomes.labels(outcome).inc()
         _log(request, res, outcome=outcome)
         return JSONResponse(
@@ -335,11 +343,11 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
                     {
                         "index": 0,
                         "message": {"role": "assistant", "content": format_edit_response(shown)},
-                        "finish_reason": c.finish_reason,
+                        "finish_reason": finish,
                     }
                 ],
                 "usage": _usage(res),
-                "editserver": _info(res, suppressed, c.text),
+                "editserver": _info(res, outcome),
             },
             headers={"X-Request-Id": meta["id"]},
         )

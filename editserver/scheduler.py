@@ -98,6 +98,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._stopping = False
         self._running = 0
+        self._current: list[Job] = []  # the batch being decoded (its cancel events stop it)
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -111,8 +112,9 @@ class Scheduler:
             pending = list(self._queue)
             self._queue.clear()
             self._cond.notify_all()
-        for job in pending:
+        for job in [*pending, *self._current]:
             job.cancel.set()
+        for job in pending:
             if job.future.set_running_or_notify_cancel():
                 job.future.set_exception(Cancelled("server shutting down"))
         if self._thread is not None:
@@ -192,7 +194,7 @@ class Scheduler:
             first = reqs[0]
             shared = dataclasses.replace(first.options, cancel=_AllSet([j.cancel for j in batch]))
             reqs[0] = dataclasses.replace(first, options=shared)
-        self._running = len(batch)
+        self._running, self._current = len(batch), batch
         self.metrics.running.set(len(batch))
         t0 = time.perf_counter()
         try:
@@ -207,7 +209,7 @@ class Scheduler:
             batch[0].future.set_exception(exc)
             return
         finally:
-            self._running = 0
+            self._running, self._current = 0, []
             self.metrics.running.set(0)
         self.metrics.observe_batch(batch[0].kind, completions, time.perf_counter() - t0)
         for job, c in zip(batch, completions, strict=True):

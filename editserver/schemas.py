@@ -207,7 +207,11 @@ class SuggestionInfo(BaseModel):
     threshold: float = Field(..., description="the checkpoint's selectivity threshold")
     unchanged: bool = Field(False, description="edit: the model rewrote the region as it was")
     suppressed: bool = Field(False, description="edit: the region is returned unchanged on purpose")
+    outcome: str | None = Field(
+        None, description="edit: shown | unchanged | below_threshold | truncated | cancelled"
+    )
     suggestion: str | None = Field(None, description="edit: the model's region even when suppressed")
+    model_finish_reason: str = Field(..., description="how the model's own decoding ended")
     steps: int
     model_calls: int
     tokens_per_step: float
