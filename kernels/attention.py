@@ -50,14 +50,18 @@ def _attend_tile(
     d_ok,
     allowed,
     qk_scale,
-    PRECISION: tl.constexpr,
+    IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
     """One K/V tile of the online softmax. allowed [BLOCK_M, BLOCK_N] says which scores count."""
     k = tl.load(k_ptrs, mask=key_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
     if UPCAST:
         k = k.to(tl.float32)
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
+    if IEEE:  # fp32 operands: exact products, no TF32
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))
+    s = s * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
     s = tl.where(allowed, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     # a row that has seen no key yet keeps max -inf; subtracting 0 instead avoids -inf - -inf = NaN
@@ -67,7 +71,11 @@ def _attend_tile(
     v = tl.load(v_ptrs, mask=key_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
     if UPCAST:
         v = v.to(tl.float32)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    if IEEE:
+        pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    else:
+        pv = tl.dot(p.to(v.dtype), v)
+    acc = acc * alpha[:, None] + pv
     l_i = l_i * alpha + tl.sum(p, 1)
     return acc, m_new, l_i
 
@@ -126,7 +134,7 @@ def _attention_kernel(
     HAS_K2: tl.constexpr,
     HAS_MASK: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
-    PRECISION: tl.constexpr,
+    IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -169,7 +177,7 @@ def _attention_kernel(
         k_ptrs = K + b * skb + kvh * skh + n[:, None] * skn + d[None, :] * skd
         v_ptrs = V + b * svb + kvh * svh + n[:, None] * svn + d[None, :] * svd
         acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, d_ok, allowed, qk_scale, PRECISION, UPCAST
+            acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, d_ok, allowed, qk_scale, IEEE, UPCAST
         )
 
     # ---- segment B (the active block): always real, taken by the last split ----
@@ -185,7 +193,7 @@ def _attention_kernel(
                 k_ptrs = K2 + b * s2kb + kvh * s2kh + n[:, None] * s2kn + d[None, :] * s2kd
                 v_ptrs = V2 + b * s2vb + kvh * s2vh + n[:, None] * s2vn + d[None, :] * s2vd
                 acc, m_i, l_i = _attend_tile(
-                    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, d_ok, allowed, qk_scale, PRECISION, UPCAST
+                    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, d_ok, allowed, qk_scale, IEEE, UPCAST
                 )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # no key at all: output 0 instead of 0/0
@@ -307,7 +315,6 @@ def attention(
     else:
         o_part = lse_part = out
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
     _attention_kernel[(m_tiles, B * Hkv, num_splits)](
         q,
         k,
@@ -340,7 +347,7 @@ def attention(
         HAS_K2=has_k2,
         HAS_MASK=mask is not None,
         NUM_SPLITS=num_splits,
-        PRECISION=precision,
+        IEEE=q.dtype == torch.float32,
         UPCAST=INTERPRET and q.dtype == torch.bfloat16,
         num_warps=4,
         num_stages=2,
