@@ -107,8 +107,11 @@ def _curves_chart(curve: list[dict], title: str, marker: float | None) -> str:
     rates = line_chart(
         pts, title=f"{title}: rates", x_label="threshold", y_label="rate", y_range=(0.0, 1.0), marker=marker
     )
+    u = [c["utility"] for c in curve] or [0.0]
+    lo, hi = min(0.0, *u), max(0.0, *u)
     util = line_chart(
         {"utility": [(c["threshold"], c["utility"]) for c in curve]},
+        y_range=(lo, hi if hi > lo else lo + 0.1),  # zero always on the axis: above it showing pays
         title=f"{title}: utility per request",
         x_label="threshold",
         y_label="utility",

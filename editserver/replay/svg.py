@@ -61,9 +61,10 @@ def line_chart(
             f'<line x1="{px(t):.1f}" y1="{top + ph}" x2="{px(t):.1f}" y2="{top + ph + 4}" stroke="#999"/>'
         )
         out.append(f'<text x="{px(t):.1f}" y="{top + ph + 16}" text-anchor="middle">{t:.2f}</text>')
+    y_fmt = ".2f" if y1 - y0 >= 0.5 else ".3f"
     for t in _ticks(y0, y1, 5):
         out.append(f'<line x1="{left}" y1="{py(t):.1f}" x2="{left + pw}" y2="{py(t):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{left - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{t:.2f}</text>')
+        out.append(f'<text x="{left - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{t:{y_fmt}}</text>')
     if y0 < 0 < y1:
         out.append(f'<line x1="{left}" y1="{py(0):.1f}" x2="{left + pw}" y2="{py(0):.1f}" stroke="#666"/>')
     out.append(f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">{escape(x_label)}</text>')
