@@ -6,6 +6,7 @@ properties that must hold at any size: no errors, no lost requests, every reques
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -16,12 +17,24 @@ from editserver.bench.load import LocalServer, run_load
 
 async def test_sixteen_clients_no_errors_no_losses(tiny_checkpoint):
     with LocalServer(["--model", str(tiny_checkpoint), "--max-output-tokens", "16"]) as server:
-        report = await run_load(server.url, clients=16, duration=3.0, kind="mixed", max_tokens=8, timeout=60)
+        health: list[int] = []
+
+        async def probe() -> None:
+            # the event loop must keep answering while the model works (inference runs on a thread)
+            async with httpx.AsyncClient(timeout=10) as c:
+                for _ in range(20):
+                    health.append((await c.get(f"{server.url}/health")).status_code)
+                    await asyncio.sleep(0.1)
+
+        report, _ = await asyncio.gather(
+            run_load(server.url, clients=16, duration=3.0, kind="mixed", max_tokens=8, timeout=60), probe()
+        )
         summary = report.summary()
         assert report.errors == {}, summary
         assert report.lost == 0, summary
         assert report.sent == report.completed == report.server_answered > 16, summary
         assert summary["p50_ms"] <= summary["p95_ms"] <= summary["max_ms"]
+        assert health == [200] * 20
         assert "batch" in server.log()  # requests were logged with their batch size
         # 16 clients and one model worker: queued compatible requests were decoded together
         batches = re.search(
@@ -31,8 +44,6 @@ async def test_sixteen_clients_no_errors_no_losses(tiny_checkpoint):
 
 
 def test_load_refuses_non_loopback():
-    import asyncio
-
     with pytest.raises(ValueError, match="loopback"):
         asyncio.run(run_load("http://example.com:8000", clients=1, duration=1))
     with pytest.raises(ValueError, match="clients"):
