@@ -24,6 +24,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lsp.context import definitions_for, grammar_name
+from lsp.documents import Document
+
+if TYPE_CHECKING:
+    from lsp.server import EditLanguageServer
 
 MAX_LINES = 12
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
@@ -255,3 +262,56 @@ class FimScheduler:
 
     def current(self, uri: str, ticket: int) -> bool:
         return self.requests.get(uri) == ticket
+
+
+async def answer(
+    ls: EditLanguageServer, doc: Document, offset: int, prefix: str, suffix: str, ticket: int
+) -> Cached | None:
+    """Debounce, check staleness, ask the model, post-process, cache and log one FIM suggestion."""
+    s = ls.settings
+    version = doc.version
+    if s.debounce_ms:
+        await asyncio.sleep(s.debounce_ms / 1000)
+    if not ls.fim.current(doc.uri, ticket) or doc.version != version:
+        return None
+    grammar = grammar_name(doc.language_id, doc.uri) or doc.language_id
+    line, _ = doc.position_at(offset)
+    line_start, _ = doc.line_bounds(line)
+    line_prefix = doc.text[line_start:offset]
+    model_prefix = clip_prefix(prefix, s.fim_prefix_chars)
+    parsed = ls.parsed.get(doc.uri)
+    if parsed is not None and len(model_prefix) < s.fim_prefix_chars:
+        names = {
+            n.text.decode("utf-8", "replace")
+            for n in parsed.identifiers(max(0, line - 10), line + 3)
+            if n.text
+        }
+        defs = definitions_for(names, ls.others(doc.uri))
+        model_prefix = context_header(grammar, defs, s.fim_prefix_chars - len(model_prefix)) + model_prefix
+    model_suffix = clip_suffix(suffix, s.fim_suffix_chars)
+    multi = multiline_allowed(line_prefix, suffix.split("\n", 1)[0], grammar)
+    stop = ["\n\n\n"] if multi else ["\n"]
+    raw = await ls.client.fim(
+        model_prefix,
+        model_suffix,
+        s.fim_max_tokens,
+        stop,
+        s.fim_timeout_ms / 1000,
+    )
+    ls.send_status()
+    if raw is None:
+        return None
+    text = postprocess(raw, line_prefix, suffix, grammar, indent_style(doc.text))
+    if not text:
+        return None
+    cid = ls.fim.remember(doc.uri, prefix, suffix, text)
+    ls.telemetry.suggestion(
+        cid,
+        "fim",
+        doc.uri,
+        doc.language_id,
+        {"prefix": model_prefix, "suffix": model_suffix, "raw": raw},
+        text,
+        None,
+    )
+    return ls.fim.cache[doc.uri]

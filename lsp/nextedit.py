@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from lsp.client import EditAnswer, ModelClient
-from lsp.context import ParsedDocument, Region, candidate_regions, snap_region
+from lsp.client import READY, EditAnswer, ModelClient
+from lsp.context import ParsedDocument, Region, candidate_regions, definitions_for, node_name, snap_region
 from lsp.documents import Document
 from model.prompt import EditPrompt, Snippet, build_prompt
+
+if TYPE_CHECKING:
+    from lsp.server import EditLanguageServer
 
 
 @dataclass
@@ -174,3 +179,80 @@ def rank(results: list[RegionResult]) -> list[RegionResult]:
     """Kept results (cleared the threshold and changed something), best score first."""
     kept = [r for r in results if r.above_threshold and r.edits]
     return sorted(kept, key=lambda r: -r.score)
+
+
+async def suggest(ls: EditLanguageServer, doc: Document, line: int, char: int):
+    """Next edits for a cursor: (id, doc, version, kept results best first, all results)."""
+    sid = uuid.uuid4().hex
+    if not ls.active(ls.settings.enable_next_edit, doc):
+        if ls.client is not None and ls.client.state != READY:
+            ls.client.nudge()
+        return sid, doc, doc.version, [], []
+    s = ls.settings
+    version = doc.version
+    cursor = doc.offset_at(line, char)
+    ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, line)
+    parsed = ls.parsed.get(doc.uri)
+    removed, _added = ls.history.changed_identifiers(2)
+    names = set(removed)
+    newest = ls.history.recent(1)
+    if parsed is not None and newest and newest[0].uri == doc.uri:
+        d = parsed.definition_at_line(newest[0].first_line)
+        if d is not None and node_name(d):
+            names.add(node_name(d))  # its call sites must follow a signature change
+    plans = plan_regions(doc, parsed, cursor, names, s.region_min_lines, s.region_max_lines, s.max_candidates)
+    snippets = ls.viewed.snippets(doc.uri, s.recent_snippets)
+    if parsed is not None:
+        r0 = plans[0][0]
+        near = {
+            n.text.decode("utf-8", "replace")
+            for n in parsed.identifiers(r0.first_line, r0.last_line)
+            if n.text
+        }
+        snippets = [Snippet(p, c) for p, c in definitions_for(near, ls.others(doc.uri))][:3] + snippets
+    results = await ask_regions(
+        ls.client,
+        doc,
+        ls.path_of(doc.uri),
+        plans,
+        snippets,
+        ls.history.render(s.history_prompt_events),
+        s.context_lines,
+        s.next_edit_timeout_ms / 1000,
+    )
+    ls.send_status()
+    if doc.version != version:
+        return sid, doc, version, [], results  # the text moved on: these offsets are stale
+    kept = rank(results)
+    if kept:
+        ls.telemetry.suggestion(
+            sid,
+            "next_edit",
+            doc.uri,
+            doc.language_id,
+            {"prompts": [r.prompt for r in kept]},
+            [
+                {
+                    "region": [r.region.first_line, r.region.last_line],
+                    "rewritten": r.rewritten,
+                    "score": r.score,
+                }
+                for r in kept
+            ],
+            kept[0].score,
+        )
+    return sid, doc, version, kept, results
+
+
+def region_info(r: RegionResult, kept: list[RegionResult]) -> dict:
+    """Diagnostic summary of one asked region (the nextEdit reply's ``regions``)."""
+    return {
+        "range": {
+            "start": {"line": r.region.first_line, "character": 0},
+            "end": {"line": r.region.last_line + 1, "character": 0},
+        },
+        "reason": r.region.reason,
+        "score": r.score,
+        "aboveThreshold": r.above_threshold,
+        "kept": r in kept,
+    }

@@ -20,7 +20,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import uuid
 from typing import Any
 
 from lsprotocol import types
@@ -37,13 +36,12 @@ from pygls.uris import to_fs_path
 
 from lsp import completion as fim
 from lsp.client import DISABLED, READY, ModelClient
-from lsp.context import ParsedDocument, definitions_for, grammar_name, node_name
+from lsp.context import ParsedDocument, grammar_name
 from lsp.documents import UTF8, UTF16, UTF32, DocumentStore
 from lsp.history import EditHistory, RecentlyViewed
-from lsp.nextedit import RegionResult, ask_regions, plan_regions, rank
+from lsp.nextedit import region_info, suggest
 from lsp.settings import Settings, parse_settings, settings_from_change
 from lsp.telemetry import Telemetry
-from model.prompt import Snippet
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +293,7 @@ def _register_completion(ls: EditLanguageServer) -> None:
                     ls.client.nudge()  # never waits: recovery runs in the background
                 return empty
             ticket = ls.fim.begin(uri)
-            task = asyncio.ensure_future(_fim_work(ls, doc, offset, prefix, suffix, ticket))
+            task = asyncio.ensure_future(fim.answer(ls, doc, offset, prefix, suffix, ticket))
             ls.fim.inflight[uri] = task
             try:
                 cached = await task
@@ -321,137 +319,14 @@ def _register_completion(ls: EditLanguageServer) -> None:
         )
 
 
-async def _fim_work(ls: EditLanguageServer, doc, offset: int, prefix: str, suffix: str, ticket: int):
-    s = ls.settings
-    version = doc.version
-    if s.debounce_ms:
-        await asyncio.sleep(s.debounce_ms / 1000)
-    if not ls.fim.current(doc.uri, ticket) or doc.version != version:
-        return None
-    grammar = grammar_name(doc.language_id, doc.uri) or doc.language_id
-    line, _ = doc.position_at(offset)
-    line_start, _ = doc.line_bounds(line)
-    line_prefix = doc.text[line_start:offset]
-    model_prefix = fim.clip_prefix(prefix, s.fim_prefix_chars)
-    parsed = ls.parsed.get(doc.uri)
-    if parsed is not None and len(model_prefix) < s.fim_prefix_chars:
-        names = {
-            n.text.decode("utf-8", "replace")
-            for n in parsed.identifiers(max(0, line - 10), line + 3)
-            if n.text
-        }
-        defs = definitions_for(names, ls.others(doc.uri))
-        model_prefix = (
-            fim.context_header(grammar, defs, s.fim_prefix_chars - len(model_prefix)) + model_prefix
-        )
-    model_suffix = fim.clip_suffix(suffix, s.fim_suffix_chars)
-    multi = fim.multiline_allowed(line_prefix, suffix.split("\n", 1)[0], grammar)
-    stop = ["\n\n\n"] if multi else ["\n"]
-    raw = await ls.client.fim(
-        model_prefix,
-        model_suffix,
-        s.fim_max_tokens,
-        stop,
-        s.fim_timeout_ms / 1000,
-    )
-    ls.send_status()
-    if raw is None:
-        return None
-    text = fim.postprocess(raw, line_prefix, suffix, grammar, fim.indent_style(doc.text))
-    if not text:
-        return None
-    cid = ls.fim.remember(doc.uri, prefix, suffix, text)
-    ls.telemetry.suggestion(
-        cid,
-        "fim",
-        doc.uri,
-        doc.language_id,
-        {"prefix": model_prefix, "suffix": model_suffix, "raw": raw},
-        text,
-        None,
-    )
-    return ls.fim.cache[doc.uri]
-
-
 # ---- next edit ----------------------------------------------------------------------------------
 async def suggest_edits(ls: EditLanguageServer, params: Any, where: str):
-    """Shared by editserver/nextEdit and copilotInlineEdit: (id, doc, version, kept, all results)."""
+    """Validate params, then ask (shared by editserver/nextEdit and copilotInlineEdit)."""
     if not isinstance(params, dict) or not isinstance(params.get("textDocument"), dict):
         raise _invalid(f"{where}: params must be {{textDocument: {{uri}}, position}}")
     doc = ls.doc_for(params["textDocument"].get("uri"), where)
     line, char = _position(params.get("position"), where)
-    sid = uuid.uuid4().hex
-    if not ls.active(ls.settings.enable_next_edit, doc):
-        if ls.client is not None and ls.client.state != READY:
-            ls.client.nudge()
-        return sid, doc, doc.version, [], []
-    s = ls.settings
-    version = doc.version
-    cursor = doc.offset_at(line, char)
-    ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, line)
-    parsed = ls.parsed.get(doc.uri)
-    removed, _added = ls.history.changed_identifiers(2)
-    names = set(removed)
-    newest = ls.history.recent(1)
-    if parsed is not None and newest and newest[0].uri == doc.uri:
-        d = parsed.definition_at_line(newest[0].first_line)
-        if d is not None and node_name(d):
-            names.add(node_name(d))  # its call sites must follow a signature change
-    plans = plan_regions(doc, parsed, cursor, names, s.region_min_lines, s.region_max_lines, s.max_candidates)
-    snippets = ls.viewed.snippets(doc.uri, s.recent_snippets)
-    if parsed is not None:
-        r0 = plans[0][0]
-        near = {
-            n.text.decode("utf-8", "replace")
-            for n in parsed.identifiers(r0.first_line, r0.last_line)
-            if n.text
-        }
-        snippets = [Snippet(p, c) for p, c in definitions_for(near, ls.others(doc.uri))][:3] + snippets
-    results = await ask_regions(
-        ls.client,
-        doc,
-        ls.path_of(doc.uri),
-        plans,
-        snippets,
-        ls.history.render(s.history_prompt_events),
-        s.context_lines,
-        s.next_edit_timeout_ms / 1000,
-    )
-    ls.send_status()
-    if doc.version != version:
-        return sid, doc, version, [], results  # the text moved on: these offsets are stale
-    kept = rank(results)
-    if kept:
-        ls.telemetry.suggestion(
-            sid,
-            "next_edit",
-            doc.uri,
-            doc.language_id,
-            {"prompts": [r.prompt for r in kept]},
-            [
-                {
-                    "region": [r.region.first_line, r.region.last_line],
-                    "rewritten": r.rewritten,
-                    "score": r.score,
-                }
-                for r in kept
-            ],
-            kept[0].score,
-        )
-    return sid, doc, version, kept, results
-
-
-def _region_info(doc, r: RegionResult, kept: list[RegionResult]) -> dict:
-    return {
-        "range": {
-            "start": {"line": r.region.first_line, "character": 0},
-            "end": {"line": r.region.last_line + 1, "character": 0},
-        },
-        "reason": r.region.reason,
-        "score": r.score,
-        "aboveThreshold": r.above_threshold,
-        "kept": r in kept,
-    }
+    return await suggest(ls, doc, line, char)
 
 
 def _register_next_edit(ls: EditLanguageServer) -> None:
@@ -471,7 +346,7 @@ def _register_next_edit(ls: EditLanguageServer) -> None:
             "id": sid,
             "edits": edits,
             "score": kept[0].score if kept else 0.0,
-            "regions": [_region_info(doc, r, kept) for r in results],
+            "regions": [region_info(r, kept) for r in results],
         }
 
     @ls.feature(COPILOT_INLINE_EDIT)
