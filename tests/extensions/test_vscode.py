@@ -1,0 +1,88 @@
+"""The VS Code extension: strict compile, its node tests (pure logic + a real ``editserver lsp``
+spoken to over stdio with vscode-jsonrpc, as the extension does) and packaging into a .vsix.
+
+No VS Code binary can be downloaded here, so the editor half is covered by strict type checking
+and by keeping every decision in modules that do not import ``vscode`` (extensions/vscode/src/logic).
+
+Design decisions:
+- ``npm ci`` once per session from the committed package-lock.json (the registry is needed the first
+  time only; npm's cache serves later runs). Skipped, with the reason, only when npm is absent.
+- The node integration tests get a real ``editserver serve`` (tiny model) and the venv's
+  ``editserver`` (first on PATH); they write the suggestion ids they used to a JSON file and this test checks that
+  the telemetry rows for those ids exist, i.e. that the notifications really reached the server.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.extensions.conftest import REPO, Telemetry, quiet_env, wait_until
+
+EXT = REPO / "extensions" / "vscode"
+
+
+def run(cmd: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        cmd, cwd=EXT, env=quiet_env(**env), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
+    )
+    return proc
+
+
+@pytest.fixture(scope="module")
+def npm_installed() -> None:
+    if shutil.which("npm") is None or shutil.which("node") is None:
+        pytest.skip("npm/node are not installed: the VS Code extension cannot be built here")
+    run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], timeout=300)
+
+
+def test_node_tests_against_real_language_server(npm_installed, tiny_server, tmp_path):
+    result_file = tmp_path / "result.json"
+    proc = run(
+        ["npm", "test", "--silent"],
+        timeout=300,
+        EDITSERVER_SERVER_URL=tiny_server.url,
+        EDITSERVER_RESULT_FILE=str(result_file),
+    )
+    out = proc.stdout
+    assert "ℹ fail 0" in out and "ℹ skipped 0" in out, out[-3000:]
+    assert "initialize: the server offers inline completions" in out
+
+    used = json.loads(result_file.read_text())
+    tel = Telemetry(Path(used["telemetryPath"]))
+    inline = used["inline"]
+    events = wait_until(lambda: tel.events(inline["id"]), 10, "inline telemetry")
+    kinds = [(e[1], e[3], e[4]) for e in events]
+    assert ("show", None, None) in kinds
+    assert ("accept", "word", inline["word"]) in kinds
+    assert any(k[0] == "accept" and k[1] is None for k in kinds)  # the command on full accept
+    ne = used["nextEdit"]
+    assert [e[1] for e in tel.events(ne["id"])] == ["show", "reject"]
+
+
+def test_strict_compile_and_package_vsix(npm_installed, tmp_path):
+    run(["npm", "run", "compile", "--silent"], timeout=300)
+    vsix = tmp_path / "editserver.vsix"
+    run(
+        ["npx", "--no-install", "vsce", "package", "--no-dependencies", "--skip-license", "--out", str(vsix)],
+        timeout=300,
+    )
+    with zipfile.ZipFile(vsix) as z:
+        names = set(z.namelist())
+        manifest = json.loads(z.read("extension/package.json"))
+    assert "extension/dist/extension.js" in names
+    assert {"extension/media/next-edit-up.svg", "extension/media/next-edit-down.svg"} <= names
+    assert not any("node_modules" in n or n.endswith(".ts") for n in names)
+    assert manifest["main"] == "./dist/extension.js"
+    # The bundle carries vscode-languageclient (vsix has no node_modules) and leaves `vscode` external.
+    bundle = (EXT / "dist" / "extension.js").read_text()
+    assert "registerInlineCompletionItemProvider" in bundle
+    assert 'require("vscode")' in bundle
