@@ -7,6 +7,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -35,5 +36,10 @@ def next_pow2(n: int) -> int:
 def sm_count(device: torch.device) -> int:
     """Streaming multiprocessors on a CUDA device (a nominal 8 under the interpreter)."""
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
     return 8
+
+
+@functools.cache
+def _cuda_sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count

@@ -297,7 +297,11 @@ def attention(
     if num_splits is None:
         num_splits = _choose_splits(m_tiles * B * Hkv, triton.cdiv(La, BLOCK_N), q.device)
     num_splits = max(1, int(num_splits))
-    lens = kv_lens.to(device=q.device, dtype=torch.int32) if kv_lens is not None else q  # dummy when unused
+    if kv_lens is not None and (
+        kv_lens.device != q.device or kv_lens.dtype not in (torch.int32, torch.int64)
+    ):
+        kv_lens = kv_lens.to(device=q.device, dtype=torch.int32)
+    lens = kv_lens if kv_lens is not None else q  # a dummy pointer when unused
     if mask is not None:
         if mask.dtype != torch.bool:
             raise ValueError("mask must be boolean (True = attend)")
