@@ -102,7 +102,7 @@ def kept_rate(suggested: list[str], actual: list[str]) -> float:
     return lcs_len(s, a) / len(s)
 
 
-def _overlapping(p: EditPoint) -> list[tuple[int, int, str]]:
+def overlapping(p: EditPoint) -> list[tuple[int, int, str]]:
     out = []
     for s, n, text in p.remaining:
         if n == 0 and p.lo <= s <= p.hi:
@@ -136,7 +136,7 @@ def judge_edit(p: EditPoint, suggestion: str | None) -> Verdict:
     if not text.strip():
         return Verdict("empty")
     new_region = text.splitlines(keepends=True)
-    touched = _overlapping(p)
+    touched = overlapping(p)
     window = expected = None
     if touched:
         wlo = min([p.lo] + [s for s, _, _ in touched])

@@ -71,6 +71,8 @@ def summarize(rows: list[dict], threshold: float | None = None, aggregate: str |
         "rejected": rej,
         "exact": exact,
         "errors": sum(bool(r.get("error")) for r in rows),
+        # requests where a remaining hunk overlaps the editable region: the ceiling on accepted ones
+        "reachable": sum(bool(r.get("reachable")) for r in rows),
         "shown_rate": _ratio(len(shown), n),
         "acceptance_rate": _ratio(acc, len(shown)),
         "exact_match_rate": _ratio(exact, n),

@@ -29,6 +29,7 @@ pre{background:#f8f8f8;padding:6px;overflow-x:auto;font-size:12px;border:1px sol
 
 EDIT_COLS = [
     ("requests", "requests", "int"),
+    ("reachable", "reachable", "int"),
     ("shown rate", "shown_rate", "pct"),
     ("acceptance", "acceptance_rate", "pct"),
     ("exact match", "exact_match_rate", "pct"),

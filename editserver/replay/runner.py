@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from editserver.replay.judge import judge_edit, judge_fim
+from editserver.replay.judge import judge_edit, judge_fim, overlapping
 from editserver.replay.points import EditPoint, FimPoint
 from editserver.replay.suggest import Suggester
 
@@ -91,6 +91,7 @@ def edit_row(phase: str, p: EditPoint, ans) -> dict:
         "k": p.k,
         "n_hunks": p.n_hunks,
         "remaining": len(p.remaining),
+        "reachable": bool(overlapping(p)),  # a remaining hunk lies in the region: a perfect model could win
         "label": v.label if v else "error",
         "exact": bool(v and v.exact),
         "kept": v.kept if v else 0.0,

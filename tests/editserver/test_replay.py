@@ -244,7 +244,7 @@ def test_walk_is_deterministic_with_a_seed_and_last_n_walks_the_newest(repos):
 def test_always_right_is_fully_accepted(repos):
     r = run(config(repos), Scripted("right"))
     s = r["summary"]
-    assert s["requests"] == 10 and s["shown"] == 7 and s["accepted"] == 7
+    assert s["requests"] == 10 and s["shown"] == 7 and s["accepted"] == 7 and s["reachable"] == 7
     assert s["acceptance_rate"] == 1.0 and s["shown_rate"] == pytest.approx(0.7)
     assert s["exact_match_rate"] == pytest.approx(0.7) and s["kept_rate"] == 1.0
     assert s["utility"] == pytest.approx(0.75 * 7 / 10)
