@@ -4,6 +4,9 @@ Design decisions:
 - A registry of pure functions keyed by name; the checkpoint's ``score_aggregate`` names one, and
   the replay harness compares them by measurement before choosing.
 - Scores lie in [0, 1]; an empty answer scores 1 (nothing uncertain was proposed).
+- The candidates span the range from "one doubtful token sinks it" (``min``) through the lowest
+  quarter (``tail_mean``), the (geometric) mean, to the typical token (``median``); the replay harness
+  measures which one best separates accepted from rejected edits (editserver replay --tune-records).
 """
 
 from __future__ import annotations
@@ -30,11 +33,19 @@ def _tail_mean(c: Sequence[float]) -> float:
     return sum(sorted(c)[:k]) / k
 
 
+def _median(c: Sequence[float]) -> float:
+    """Typical token confidence: ignores a few doubtful tokens entirely (the opposite of ``min``)."""
+    s = sorted(c)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
 AGGREGATES: dict[str, Callable[[Sequence[float]], float]] = {
     "mean": _mean,
     "geomean": _geomean,
     "min": _min,
     "tail_mean": _tail_mean,
+    "median": _median,
 }
 
 
