@@ -127,7 +127,7 @@ class EditLanguageServer(LanguageServer):
             self.settings.server_url,
             self.settings.autostart,
             self.model_dir,
-            on_state=lambda s, m: self.send_status(),
+            on_state=lambda s, m: self.send_status(m),
             on_message=self.show,
             serve_log=os.environ.get("EDITSERVER_LSP_SERVE_LOG"),
         )
@@ -135,7 +135,7 @@ class EditLanguageServer(LanguageServer):
     def show(self, kind: int, message: str) -> None:
         self.window_show_message(types.ShowMessageParams(type=types.MessageType(kind), message=message))
 
-    def send_status(self) -> None:
+    def send_status(self, message: str | None = None) -> None:
         if not (self.settings.enable_fim or self.settings.enable_next_edit):
             state, latency = DISABLED, None
         elif self.client is None:
@@ -143,6 +143,8 @@ class EditLanguageServer(LanguageServer):
         else:
             state, latency = self.client.state, self.client.last_latency_ms
         payload: dict[str, Any] = {"state": state}
+        if message:
+            payload["message"] = message
         if latency is not None:
             payload["latencyMs"] = round(latency, 1)
         self.protocol.notify(STATUS, payload)

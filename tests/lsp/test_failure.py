@@ -22,6 +22,7 @@ async def test_down_then_recovers_with_one_message_per_outage(tiny_checkpoint, b
     url = f"http://127.0.0.1:{port}"
     async with lsp_session(url, base_options, wait_ready=False) as s:
         await s.wait_status("unreachable")
+        assert any(url in st.get("message", "") for st in s.statuses if st["state"] == "unreachable")
         s.open(URI, SRC, "python")
         for _ in range(5):  # typing while the server is down: empty answers, no pile of messages
             assert not (await s.inline(URI, 6, 4)).items

@@ -33,7 +33,7 @@ def position(text: str, offset: int, encoding: str) -> types.Position:
     return types.Position(line=line, character=n)
 
 
-ALPHABET = st.sampled_from(list("ab xy_(){}") + ["\n", "\r\n", "é", "日本", "😀", "𝔘", "\t"])
+ALPHABET = st.sampled_from(list("ab xy_(){}") + ["\n", "\r\n", "\r", "é", "日本", "😀", "𝔘", "\t"])
 TEXT = st.lists(ALPHABET, max_size=12).map("".join)
 
 
