@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -54,6 +55,8 @@ from editserver.schemas import (
 from editserver.settings import Settings
 from model.api import Engine
 from model.prompt import PromptError, format_edit_response
+
+log = logging.getLogger("editserver.app")
 
 FEATURES = ["fim", "next_edit", "streaming", "diffusing", "reasoning_effort", "stop", "include_usage"]
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -190,7 +193,17 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
                     yield _sse(payload)
                 yield _sse("[DONE]")
             except Exception as exc:  # noqa: BLE001 - headers are sent: report in-band, never crash
-                err = translate(exc, param)
+                try:
+                    err = translate(exc, param)
+                except Exception:  # noqa: BLE001 - a bug: logged, reported as a 500-style event
+                    log.exception("stream failed")
+                    err = APIError(
+                        500,
+                        "internal server error (see the server log)",
+                        "server_error",
+                        None,
+                        "internal_error",
+                    )
                 yield _sse(
                     {
                         "error": {
