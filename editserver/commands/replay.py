@@ -61,7 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="sampler effort (default: the checkpoint's)",
     )
     src.add_argument(
-        "--batch-size", type=int, default=1, help="in-process requests decoded together (default 1)"
+        "--batch-size",
+        type=int,
+        default=1,
+        help="requests in flight together: one decoded batch in-process, concurrent over HTTP (default 1)",
     )
     walk = p.add_argument_group("what to replay")
     walk.add_argument(

@@ -9,8 +9,9 @@ Design decisions:
   ``editserver.suggestion`` field the server adds (falling back to the message content).
 - In-process, every aggregate of ``model.scoring`` is computed from the per-token confidences, so
   aggregates can be compared; over HTTP only the server's own score is known.
-- In-process requests may be batched (``batch_size``) for throughput; each request's latency is
-  then the batch's wall time, which is what a user waiting on that batch would see. A request the
+- ``batch_size`` requests are in flight together: in-process they are decoded as one batch (each
+  request's latency is then the batch's wall time, what a user waiting on it would see); over HTTP
+  they are sent concurrently and the server schedules them. A request the
   engine refuses (malformed prompt, context too long) becomes an error answer, never a crash.
 - Requests are greedy (temperature 0) with a fixed seed: replays are reproducible.
 """
@@ -18,6 +19,7 @@ Design decisions:
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -170,34 +172,38 @@ class HttpSuggester:
             return None, dt, f"HTTP {r.status_code}: {msg}"
         return data, dt, None
 
+    def _edit_one(self, p: EditPoint) -> EditAnswer:
+        body = {"messages": [{"role": "user", "content": p.prompt}]}
+        data, dt, err = self._post("/v1/edit/completions", body)
+        if data is None:
+            return EditAnswer(None, latency_ms=dt, error=err)
+        info = data.get("editserver") or {}
+        content = strip_fence((data.get("choices") or [{}])[0].get("message", {}).get("content"))
+        # a suppressed edit comes back as the unchanged region; the model's own text is in the extra field
+        text = info.get("suggestion") if info.get("suggestion") is not None else content
+        if info.get("threshold") is not None:
+            self.threshold = float(info["threshold"])
+        return EditAnswer(text, info.get("score"), {}, info.get("above_threshold"), dt)
+
+    def _fim_one(self, p: FimPoint) -> FimAnswer:
+        body = {"prompt": p.prefix, "suffix": p.suffix, "max_tokens": FIM_MAX_TOKENS, "stop": ["\n"]}
+        data, dt, err = self._post("/v1/fim/completions", body)
+        if data is None:
+            return FimAnswer(None, dt, err)
+        return FimAnswer((data.get("choices") or [{}])[0].get("text"), dt)
+
+    def _map(self, fn, points: list) -> list:
+        if len(points) <= 1:
+            return [fn(p) for p in points]
+        # a chunk is sent concurrently (the server batches them); answers keep the points' order
+        with ThreadPoolExecutor(max_workers=len(points)) as pool:
+            return list(pool.map(fn, points))
+
     def edit(self, points: list[EditPoint]) -> list[EditAnswer]:
-        out = []
-        for p in points:
-            data, dt, err = self._post(
-                "/v1/edit/completions", {"messages": [{"role": "user", "content": p.prompt}]}
-            )
-            if data is None:
-                out.append(EditAnswer(None, latency_ms=dt, error=err))
-                continue
-            info = data.get("editserver") or {}
-            content = strip_fence((data.get("choices") or [{}])[0].get("message", {}).get("content"))
-            text = info.get("suggestion") if info.get("suggestion") is not None else content
-            score = info.get("score")
-            if info.get("threshold") is not None:
-                self.threshold = float(info["threshold"])
-            out.append(EditAnswer(text, score, {}, info.get("above_threshold"), dt))
-        return out
+        return self._map(self._edit_one, points)
 
     def fim(self, points: list[FimPoint]) -> list[FimAnswer]:
-        out = []
-        for p in points:
-            body = {"prompt": p.prefix, "suffix": p.suffix, "max_tokens": FIM_MAX_TOKENS, "stop": ["\n"]}
-            data, dt, err = self._post("/v1/fim/completions", body)
-            if data is None:
-                out.append(FimAnswer(None, dt, err))
-                continue
-            out.append(FimAnswer((data.get("choices") or [{}])[0].get("text"), dt))
-        return out
+        return self._map(self._fim_one, points)
 
     def close(self) -> None:
         self.client.close()
