@@ -158,3 +158,17 @@ async def test_telemetry_off_writes_nothing(tiny_server, tmp_path):
         s.client.protocol.notify("editserver/didAccept", {"id": sid})
         await s.state(URI)
     assert not path.exists()
+
+
+async def test_prompt_carries_definitions_from_other_open_files(tiny_server, base_options, telemetry_path):
+    async with lsp_session(tiny_server, base_options) as s:
+        s.open("file:///work/geometry.py", "def scale(v, k):\n    return v * k\n\n\ndef unused():\n    pass\n", "python")
+        s.open(URI, "from geometry import scale\n\n\ndef main():\n    big = scale(3, 4)\n    \n", "python")
+        res = await s.inline(URI, 5, 4)
+        assert len(res.items) == 1
+        sid = res.items[0].command.arguments[0]["id"]
+        ((prompt,),) = rows(telemetry_path, f"SELECT prompt FROM suggestions WHERE id='{sid}'")
+        prefix = json.loads(prompt)["prefix"]
+        assert prefix.startswith("# geometry.py\n# def scale(v, k):\n#     return v * k\n")
+        assert "unused" not in prefix  # only definitions of names used near the cursor
+        assert prefix.endswith("    big = scale(3, 4)\n    ")
