@@ -152,10 +152,11 @@ class Extension implements vscode.Disposable {
       const map = { [State.Starting]: "starting", [State.Running]: "running", [State.Stopped]: "stopped" } as const;
       this.setStatus({ ...this.status, client: map[e.newState] });
     });
+    // Registered before start so the status sent during initialization is not missed.
+    client.onNotification(STATUS_METHOD, (params: StatusParams) => this.setStatus(applyStatus(this.status, params)));
     this.setStatus({ ...this.status, client: "starting" });
     try {
       await client.start();
-      client.onNotification(STATUS_METHOD, (params: StatusParams) => this.setStatus(applyStatus(this.status, params)));
     } catch (err) {
       this.setStatus({ ...this.status, client: "failed", message: String(err) });
       this.log.error(`could not start ${exe.path}: ${String(err)}`);
