@@ -100,12 +100,12 @@ class EditLanguageServer(LanguageServer):
 
     # ---- settings and status -------------------------------------------------------------------
     def apply_settings(self, raw: Any, initial: bool = False) -> list[str]:
-        base = Settings()
+        defaults = Settings()  # CLI flags replace the built-in defaults; client options override both
         if self.cli_server_url:
-            base = _replace(base, server_url=self.cli_server_url)
+            defaults = _replace(defaults, server_url=self.cli_server_url)
         if self.cli_autostart is not None:
-            base = _replace(base, autostart=self.cli_autostart)
-        settings, warnings = parse_settings(raw, base if initial else self.settings)
+            defaults = _replace(defaults, autostart=self.cli_autostart)
+        settings, warnings = parse_settings(raw, defaults if initial else self.settings, defaults)
         old = self.settings
         self.settings = settings
         self.history.max_events = settings.history_events

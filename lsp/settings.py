@@ -96,10 +96,13 @@ def _check(key: str, value: Any) -> tuple[Any, str | None]:
     raise KeyError(key)
 
 
-def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
-    """Settings from a client's JSON object; invalid values fall back to the default, with a warning."""
-    base = base or Settings()
-    defaults = Settings()
+def parse_settings(
+    raw: Any, base: Settings | None = None, defaults: Settings | None = None
+) -> tuple[Settings, list[str]]:
+    """``base`` updated from a client's JSON object; an invalid value falls back to its default (from
+    ``defaults``), with a warning."""
+    defaults = defaults or Settings()
+    base = base or defaults
     warnings: list[str] = []
     if raw is None:
         return base, warnings
@@ -129,9 +132,9 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
                 else:
                     warnings.append(
                         f"editserver: invalid telemetry.enabled={tel['enabled']!r} (expected true or false); "
-                        "using default True"
+                        f"using default {defaults.telemetry.enabled}"
                     )
-                    t = replace(t, enabled=True)
+                    t = replace(t, enabled=defaults.telemetry.enabled)
             if "path" in tel:
                 if isinstance(tel["path"], str) and tel["path"].strip():
                     t = replace(t, path=os.path.expanduser(tel["path"]))

@@ -162,7 +162,11 @@ async def test_telemetry_off_writes_nothing(tiny_server, tmp_path):
 
 async def test_prompt_carries_definitions_from_other_open_files(tiny_server, base_options, telemetry_path):
     async with lsp_session(tiny_server, base_options) as s:
-        s.open("file:///work/geometry.py", "def scale(v, k):\n    return v * k\n\n\ndef unused():\n    pass\n", "python")
+        s.open(
+            "file:///work/geometry.py",
+            "def scale(v, k):\n    return v * k\n\n\ndef unused():\n    pass\n",
+            "python",
+        )
         s.open(URI, "from geometry import scale\n\n\ndef main():\n    big = scale(3, 4)\n    \n", "python")
         res = await s.inline(URI, 5, 4)
         assert len(res.items) == 1
