@@ -228,8 +228,19 @@ def _register_documents(ls: EditLanguageServer) -> None:
             ls.client.stop_child()
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
-        for w in ls.apply_settings(settings_from_change(params.settings)):
+    async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
+        raw = settings_from_change(params.settings)
+        ws = ls.client_capabilities.workspace
+        if not isinstance(raw, dict) and ws is not None and ws.configuration:
+            # pull model (VS Code without `synchronize`): the notification only says "changed"
+            try:
+                (raw,) = await ls.workspace_configuration_async(
+                    types.ConfigurationParams(items=[types.ConfigurationItem(section="editserver")])
+                )
+            except Exception as e:  # a client that advertises but fails: keep the current settings
+                log.warning("workspace/configuration failed: %s", e)
+                return
+        for w in ls.apply_settings(raw):
             ls.show(2, w)
 
     @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)

@@ -175,7 +175,8 @@ async def lsp_session(
     cmd += extra_args or []
     await client.start_io(*cmd, env=quiet_env(), cwd=str(REPO))
     caps = types.ClientCapabilities(
-        general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None
+        general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,
+        workspace=types.WorkspaceClientCapabilities(configuration=True),
     )
     result = await client.initialize_session(
         types.InitializeParams(

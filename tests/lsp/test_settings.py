@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from lsprotocol import types
+
 from lsp.settings import Settings, parse_settings, settings_from_change
+from tests.lsp.conftest import lsp_session
 
 
 def test_valid_options_are_typed():
@@ -41,3 +46,14 @@ def test_change_payload_merges_into_current_settings():
     s, _ = parse_settings(settings_from_change({"editserver": {"enableFim": False}}), current)
     assert s.debounce_ms == 10 and s.enable_fim is False
     assert settings_from_change({"debounceMs": 1}) == {"debounceMs": 1}
+
+
+async def test_pull_configuration_when_the_change_carries_no_settings(base_options):
+    async with lsp_session("http://127.0.0.1:9", base_options, wait_ready=False) as s:
+        s.client.set_configuration({"debounceMs": "slow"}, section="editserver")
+        s.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+        for _ in range(100):
+            if any("debounceMs" in m.message for m in s.messages):
+                break
+            await asyncio.sleep(0.05)
+        assert any("invalid debounceMs='slow'" in m.message for m in s.messages)
