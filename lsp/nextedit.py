@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from lsp.client import READY, EditAnswer, ModelClient
 from lsp.context import ParsedDocument, Region, candidate_regions, definitions_for, node_name, snap_region
 from lsp.documents import Document
-from model.prompt import EditPrompt, Snippet, build_prompt
+from model.prompt import CURSOR, EditPrompt, Snippet, build_prompt
 
 if TYPE_CHECKING:
     from lsp.server import EditLanguageServer
@@ -167,7 +167,7 @@ async def ask_regions(
     for (region, _), (prompt, start, original), ans in zip(plans, prompts, answers):
         if ans is None:
             continue
-        rewritten = None if ans.region is None else _normalise(ans.region, original)
+        rewritten = None if ans.region is None else _normalise(ans.region.replace(CURSOR, ""), original)
         edits = minimal_edits(original, rewritten, start) if rewritten is not None else []
         results.append(
             RegionResult(region, prompt, original, rewritten, ans.score, ans.above_threshold, edits)

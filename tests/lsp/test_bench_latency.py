@@ -1,0 +1,27 @@
+"""`editserver bench latency` runs end to end (tiny model) and reports p50/p95 per layer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.lsp.conftest import REPO, quiet_env
+
+
+def test_bench_latency_reports_percentiles(tiny_server):
+    cmd = [sys.executable, "-m", "editserver.cli", "bench", "latency", "--url", tiny_server]
+    cmd += ["--samples", "6", "--next-edits", "1", "--debounce-ms", "0", "--json"]
+    out = subprocess.run(cmd, cwd=REPO, env=quiet_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    k = report["keystroke_to_suggestion"]
+    assert k["n"] == 6 and 0 < k["p50_ms"] <= k["p95_ms"]
+    assert report["direct_http_fim"]["n"] == report["model_answers"]["n"]
+    assert report["next_edit"]["n"] == 1
+
+
+def test_bench_latency_refuses_remote_urls():
+    cmd = [sys.executable, "-m", "editserver.cli", "bench", "latency", "--url", "http://example.com:8000"]
+    out = subprocess.run(cmd, cwd=REPO, env=quiet_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "loopback" in out.stderr
