@@ -418,3 +418,27 @@ def test_partial_rules_match_the_vscode_extension(nvim_factory):
             assert (
                 n.lua("local t, k = ... return require('editserver.partial').slice(t, k)", text, kind) == want
             ), (kind, text)
+
+
+def test_toggle_off_and_on_and_restart(nvim_factory, tiny_server, tmp_path):
+    n, _ = start(nvim_factory, tiny_server.url, tmp_path)
+    open_file(n, tmp_path)
+    n.api.command("Editserver toggle")
+    assert n.lua("return require('editserver').statusline()") == "editserver: off"
+    n.wait("return require('editserver').status().state == 'disabled'", 10, "the server to report 'disabled'")
+    buffer_maps = "return vim.tbl_map(function(m) return m.lhs end, vim.api.nvim_buf_get_keymap(0, 'i'))"
+    assert "<Tab>" not in n.lua(buffer_maps), "keys stay mapped while off"
+    n.api.command("Editserver toggle")
+    n.wait("return require('editserver').status().state == 'ready'", 10, "'ready' again")
+    assert "<Tab>" in n.lua(buffer_maps)
+    first = n.lua("return vim.lsp.get_clients({name = 'editserver'})[1].id")
+    n.api.command("Editserver restart")
+    n.wait(
+        "local c = vim.lsp.get_clients({name = 'editserver', bufnr = 0})[1] return c and c.id ~= ...",
+        30,
+        "a new client",
+        first,
+    )
+    n.wait("return require('editserver').status().state == 'ready'", 30, "'ready' after restart")
+    n.input("Goprint(")
+    shown_ghost(n)

@@ -90,9 +90,15 @@ local function map(bufnr, mode, lhs, fn, desc)
     return
   end
   vim.keymap.set(mode, lhs, function()
-    if not fn(bufnr) then
-      api.nvim_feedkeys(vim.keycode(lhs), 'n', false)
+    if fn(bufnr) then
+      return
     end
+    -- Neovim 0.11+ maps <Tab> to jump inside an active snippet; keep that working.
+    if mode == 'i' and lhs == '<Tab>' and vim.snippet and vim.snippet.active({ direction = 1 }) then
+      vim.snippet.jump(1)
+      return
+    end
+    api.nvim_feedkeys(vim.keycode(lhs), 'n', false)
   end, { buffer = bufnr, desc = 'editserver: ' .. desc })
 end
 
@@ -119,6 +125,25 @@ local function keymaps(bufnr)
     return nextedit.accept_partial('line', b)
   end, 'accept next line of the proposed edit')
   map(bufnr, 'n', k.next_edit_dismiss, nextedit.dismiss, 'dismiss proposed edits')
+end
+
+local function unmap(bufnr)
+  local k = state.opts.keymaps
+  for name, mode in pairs({
+    accept = 'i',
+    accept_word = 'i',
+    accept_line = 'i',
+    dismiss = 'i',
+    next_edit_jump = 'n',
+    next_edit_accept = 'n',
+    next_edit_accept_word = 'n',
+    next_edit_accept_line = 'n',
+    next_edit_dismiss = 'n',
+  }) do
+    if k[name] then
+      pcall(vim.keymap.del, mode, k[name], { buffer = bufnr })
+    end
+  end
 end
 
 local function on_attach(client, bufnr)
@@ -189,6 +214,7 @@ function M.toggle(on)
     else
       ghost.detach(bufnr)
       nextedit.detach(bufnr)
+      unmap(bufnr)
     end
   end)
   vim.notify('editserver: suggestions ' .. (on and 'on' or 'off'), vim.log.levels.INFO)
