@@ -125,8 +125,14 @@ class RecentlyViewed:
         self.max_files = max_files
         self.radius = radius  # lines kept either side of the viewed line
         self._snippets: OrderedDict[str, Snippet] = OrderedDict()
+        self._lines: dict[str, int] = {}
+
+    def line_of(self, uri: str) -> int:
+        """The line last viewed in ``uri`` (0 if never)."""
+        return self._lines.get(uri, 0)
 
     def view(self, uri: str, path: str, text: str, line: int) -> None:
+        self._lines[uri] = line
         lines = text.splitlines(keepends=True)
         lo = max(0, line - self.radius)
         code = "".join(lines[lo : line + self.radius + 1])
@@ -139,6 +145,7 @@ class RecentlyViewed:
 
     def forget(self, uri: str) -> None:
         self._snippets.pop(uri, None)
+        self._lines.pop(uri, None)
 
     def snippets(self, exclude_uri: str, n: int) -> list[Snippet]:
         """Newest last (closest to the current file in the prompt), the current file excluded."""

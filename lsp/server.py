@@ -279,6 +279,14 @@ def _register_documents(ls: EditLanguageServer) -> None:
     def did_save(params: types.DidSaveTextDocumentParams) -> None:
         log.debug("saved %s", params.text_document.uri)
 
+    @ls.feature("textDocument/didFocus")
+    def did_focus(params: Any) -> None:
+        """Copilot's focus notification (``{textDocument: {uri}}``): a recently viewed file."""
+        td = params.get("textDocument") if isinstance(params, dict) else None
+        doc = ls.docs.get(td.get("uri")) if isinstance(td, dict) else None
+        if doc is not None:
+            ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, ls.viewed.line_of(doc.uri))
+
     @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
@@ -399,6 +407,7 @@ def _register_diagnostics(ls: EditLanguageServer) -> None:
             "incrementalParses": parsed.incremental_parses if parsed else 0,
             "history": ls.history.render(ls.settings.history_events),
             "historyEvents": len(ls.history.recent(ls.settings.history_events)),
+            "recentlyViewed": [sn.path for sn in ls.viewed.snippets(doc.uri, ls.settings.recent_snippets)],
         }
 
 

@@ -103,3 +103,12 @@ async def test_history_over_stdio(base_options):
         state = await s.state(uri)
         assert state["historyEvents"] == 2
         assert state["history"].index("+line2 = 2abc\n") < state["history"].index("+line2 = 2abcd\n")
+
+
+async def test_recently_viewed_over_stdio_follows_open_and_focus(base_options):
+    async with lsp_session("http://127.0.0.1:9", base_options, wait_ready=False) as s:
+        for name in ("a", "b", "c"):
+            s.open(f"file:///work/{name}.py", f"{name} = 1\n", "python")
+        assert (await s.state("file:///work/c.py"))["recentlyViewed"] == ["a.py", "b.py"]
+        s.client.protocol.notify("textDocument/didFocus", {"textDocument": {"uri": "file:///work/a.py"}})
+        assert (await s.state("file:///work/c.py"))["recentlyViewed"] == ["b.py", "a.py"]  # newest last
