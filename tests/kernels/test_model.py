@@ -142,3 +142,21 @@ def test_auto_on_cpu_never_imports_triton():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok (2, 4)"
+
+
+@pytest.mark.gpu
+def test_bf16_model_on_cuda_auto_uses_triton(device):
+    if device != "cuda":
+        pytest.skip("CUDA only")
+    torch.manual_seed(0)
+    cfg = ModelConfig.from_dict({**PRESETS["small"].to_dict(), "vocab_size": 1000})
+    model = Transformer(cfg).eval().to(device, torch.bfloat16)
+    ids = torch.randint(0, 1000, (4, 300), device=device)
+    lens = torch.tensor([300, 120, 7, 250], device=device)
+    canvas = torch.randint(0, 1000, (4, 64), device=device)
+    with torch.no_grad():
+        assert ops.use_triton(ids.float()) and ops.get_backend() == "auto"
+        got = model.forward_canvas(canvas, model.encode_context(ids, lens))
+        ops.set_backend("torch")
+        ref = model.forward_canvas(canvas, model.encode_context(ids, lens))
+    torch.testing.assert_close(got.float(), ref.float(), atol=0.15, rtol=0.05)
