@@ -131,3 +131,13 @@ async def test_batched_changes_and_clamping(base_options):
         )
         with pytest.raises(Exception, match="not open"):
             await s.state(uri)
+
+
+async def test_utf8_preferred_whenever_offered(base_options):
+    async with lsp_session(DEAD_URL, base_options, encodings=["utf-16", "utf-8"], wait_ready=False) as s:
+        enc = s.init_result.capabilities.position_encoding
+        assert str(getattr(enc, "value", enc)) == "utf-8"
+        uri = "file:///work/u.py"
+        s.open(uri, "s = '😀'\n", "python")
+        s.replace(uri, (0, 9), (0, 9), " + 'x'")  # byte 9 is after the emoji's 4 bytes and the quote
+        assert (await s.state(uri))["text"] == "s = '😀' + 'x'\n"
