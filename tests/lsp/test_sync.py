@@ -139,5 +139,5 @@ async def test_utf8_preferred_whenever_offered(base_options):
         assert str(getattr(enc, "value", enc)) == "utf-8"
         uri = "file:///work/u.py"
         s.open(uri, "s = '😀'\n", "python")
-        s.replace(uri, (0, 9), (0, 9), " + 'x'")  # byte 9 is after the emoji's 4 bytes and the quote
+        s.replace(uri, (0, 10), (0, 10), " + 'x'")  # byte 10: after "s = '" (5), the emoji (4) and the quote
         assert (await s.state(uri))["text"] == "s = '😀' + 'x'\n"
