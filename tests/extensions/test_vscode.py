@@ -5,8 +5,10 @@ No VS Code binary can be downloaded here, so the editor half is covered by stric
 and by keeping every decision in modules that do not import ``vscode`` (extensions/vscode/src/logic).
 
 Design decisions:
-- ``npm ci`` once per session from the committed package-lock.json (the registry is needed the first
-  time only; npm's cache serves later runs). Skipped, with the reason, only when npm is absent.
+- The extension's sources are copied to a temporary directory and ``npm ci`` runs there from the
+  committed package-lock.json, so concurrent test runs never share (or delete) a node_modules and
+  the checkout gets no build output. npm's cache makes repeated installs quick. Skipped, with the
+  reason, only when npm is absent.
 - The node integration tests get a real ``editserver serve`` (tiny model) and the venv's
   ``editserver`` (first on PATH); they write the suggestion ids they used to a JSON file and this test checks that
   the telemetry rows for those ids exist, i.e. that the notifications really reached the server.
@@ -24,12 +26,22 @@ import pytest
 
 from tests.extensions.conftest import REPO, Telemetry, quiet_env, wait_until
 
-EXT = REPO / "extensions" / "vscode"
+SOURCE = REPO / "extensions" / "vscode"
+COPY = [
+    "package.json",
+    "package-lock.json",
+    "tsconfig.json",
+    "README.md",
+    ".vscodeignore",
+    "src",
+    "test",
+    "media",
+]
 
 
-def run(cmd: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess:
+def run(cmd: list[str], cwd: Path, timeout: float, **env: str) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        cmd, cwd=EXT, env=quiet_env(**env), capture_output=True, text=True, timeout=timeout, check=False
+        cmd, cwd=cwd, env=quiet_env(**env), capture_output=True, text=True, timeout=timeout, check=False
     )
     assert proc.returncode == 0, (
         f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
@@ -38,16 +50,27 @@ def run(cmd: list[str], timeout: float, **env: str) -> subprocess.CompletedProce
 
 
 @pytest.fixture(scope="module")
-def npm_installed() -> None:
+def ext(tmp_path_factory) -> Path:
+    """A private copy of extensions/vscode with its dependencies installed."""
     if shutil.which("npm") is None or shutil.which("node") is None:
         pytest.skip("npm/node are not installed: the VS Code extension cannot be built here")
-    run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], timeout=300)
+    work = tmp_path_factory.mktemp("vscode") / "vscode"
+    work.mkdir()
+    for name in COPY:
+        src = SOURCE / name
+        if src.is_dir():
+            shutil.copytree(src, work / name)
+        else:
+            shutil.copy2(src, work / name)
+    run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], work, timeout=300)
+    return work
 
 
-def test_node_tests_against_real_language_server(npm_installed, tiny_server, tmp_path):
+def test_node_tests_against_real_language_server(ext, tiny_server, tmp_path):
     result_file = tmp_path / "result.json"
     proc = run(
         ["npm", "test", "--silent"],
+        ext,
         timeout=300,
         EDITSERVER_SERVER_URL=tiny_server.url,
         EDITSERVER_RESULT_FILE=str(result_file),
@@ -68,11 +91,12 @@ def test_node_tests_against_real_language_server(npm_installed, tiny_server, tmp
     assert [e[1] for e in tel.events(ne["id"])] == ["show", "reject"]
 
 
-def test_strict_compile_and_package_vsix(npm_installed, tmp_path):
-    run(["npm", "run", "compile", "--silent"], timeout=300)
+def test_strict_compile_and_package_vsix(ext, tmp_path):
+    run(["npm", "run", "compile", "--silent"], ext, timeout=300)
     vsix = tmp_path / "editserver.vsix"
     run(
         ["npx", "--no-install", "vsce", "package", "--no-dependencies", "--skip-license", "--out", str(vsix)],
+        ext,
         timeout=300,
     )
     with zipfile.ZipFile(vsix) as z:
@@ -83,6 +107,6 @@ def test_strict_compile_and_package_vsix(npm_installed, tmp_path):
     assert not any("node_modules" in n or n.endswith(".ts") for n in names)
     assert manifest["main"] == "./dist/extension.js"
     # The bundle carries vscode-languageclient (vsix has no node_modules) and leaves `vscode` external.
-    bundle = (EXT / "dist" / "extension.js").read_text()
+    bundle = (ext / "dist" / "extension.js").read_text()
     assert "registerInlineCompletionItemProvider" in bundle
     assert 'require("vscode")' in bundle
