@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import uuid
 from typing import Any
 
 from lsprotocol import types
@@ -95,6 +96,7 @@ class EditLanguageServer(LanguageServer):
         self.fim = fim.FimScheduler()
         self.telemetry = Telemetry(None, enabled=False)
         self.client: ModelClient | None = None
+        self.next_inflight: dict[str, asyncio.Task] = {}
         self.pending_warnings: list[str] = []
         self.root = ""
 
@@ -347,7 +349,20 @@ async def suggest_edits(ls: EditLanguageServer, params: Any, where: str):
         raise _invalid(f"{where}: params must be {{textDocument: {{uri}}, position}}")
     doc = ls.doc_for(params["textDocument"].get("uri"), where)
     line, char = _position(params.get("position"), where)
-    return await suggest(ls, doc, line, char)
+    # a newer next-edit request for the same document supersedes this one (and its HTTP calls)
+    older = ls.next_inflight.pop(doc.uri, None)
+    if older is not None and not older.done():
+        older.cancel()
+    task = asyncio.ensure_future(suggest(ls, doc, line, char))
+    ls.next_inflight[doc.uri] = task
+    try:
+        return await task
+    except asyncio.CancelledError:
+        task.cancel()
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # $/cancelRequest
+        return uuid.uuid4().hex, doc, doc.version, [], []
 
 
 def _register_next_edit(ls: EditLanguageServer) -> None:

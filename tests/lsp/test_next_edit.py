@@ -147,3 +147,17 @@ def test_region_prompt_round_trips_through_the_model_parser():
     assert p.region[p.cursor :].startswith("compute(items, 0.2)")
     assert p.snippets[0].path == "lib.py" and p.history.startswith("--- shop.py")
     assert len(p.above.splitlines()) == 5 and len(p.below.splitlines()) == 5
+
+
+async def test_newer_next_edit_request_supersedes_older(tiny_server, base_options):
+    import asyncio
+
+    async with lsp_session(tiny_server, base_options) as s:
+        s.open(URI, SRC, "python")
+        params = {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 4}}
+        first = asyncio.ensure_future(s.request("editserver/nextEdit", params))
+        await asyncio.sleep(0.01)
+        second = await s.request("editserver/nextEdit", params)
+        old = await first
+        assert old["regions"] == [] and old["edits"] == []  # superseded before its answers came back
+        assert second["regions"] and second["regions"][0]["reason"] == "cursor"
