@@ -10,7 +10,8 @@
  *   accept-next-word/line commands can report what they accepted. Full accepts are reported by the
  *   server itself: each item carries the `editserver.inlineAccepted` command, which VS Code runs.
  * - Settings travel as initializationOptions and, on change, as didChangeConfiguration; settings
- *   that are command-line flags (executable, model) restart the server instead.
+ *   that are command-line flags (executable, model) restart the server instead. A server that pulls
+ *   settings (workspace/configuration) gets the same payload.
  * - The executable is resolved before starting so a missing binary is one clear message, not a
  *   spawn error in the log.
  */
@@ -128,6 +129,14 @@ class Extension implements vscode.Disposable {
       initializationOptions: toInitializationOptions(this.settings),
       outputChannel: this.log,
       middleware: {
+        // Should the server pull settings (workspace/configuration), answer with the same payload we
+        // push, not VS Code's raw section (which has client-only keys and no master switch folded in).
+        workspace: {
+          configuration: (params, token, next) =>
+            params.items.some((i) => i.section === "editserver")
+              ? params.items.map((i) => (i.section === "editserver" ? toInitializationOptions(this.settings) : null))
+              : next(params, token),
+        },
         provideInlineCompletionItems: async (document, position, context, token, next) => {
           if (!this.settings.enabled || !this.settings.enableFim) return null;
           const result = await next(document, position, context, token);
