@@ -103,7 +103,9 @@ class EditHistory:
     def changed_identifiers(self, n: int = 2) -> tuple[set[str], set[str]]:
         """(identifiers the newest edits removed, identifiers they added), from their diff lines.
 
-        A rename ``foo -> bar`` yields ({"foo"}, {"bar"}); the removed set is where stale uses hide."""
+        A rename ``foo -> bar`` yields ({"foo"}, {"bar"}); the removed set is where stale uses hide.
+        Names that only disappeared (a deleted line) are not reported as removed: nothing else needs
+        to follow a deletion, and asking the model about every use of them would waste calls."""
         removed: set[str] = set()
         added: set[str] = set()
         for e in self.recent(n):
@@ -113,7 +115,8 @@ class EditHistory:
                     minus.update(_IDENT.findall(line[1:]))
                 elif line.startswith("+") and not line.startswith("+++"):
                     plus.update(_IDENT.findall(line[1:]))
-            removed |= minus - plus
+            if plus - minus:  # a substitution (rename, changed call); a pure deletion stales nothing
+                removed |= minus - plus
             added |= plus - minus
         return removed - added, added - removed
 

@@ -112,3 +112,10 @@ async def test_recently_viewed_over_stdio_follows_open_and_focus(base_options):
         assert (await s.state("file:///work/c.py"))["recentlyViewed"] == ["a.py", "b.py"]
         s.client.protocol.notify("textDocument/didFocus", {"textDocument": {"uri": "file:///work/a.py"}})
         assert (await s.state("file:///work/c.py"))["recentlyViewed"] == ["b.py", "a.py"]  # newest last
+
+
+def test_pure_deletion_reports_no_stale_names():
+    h = EditHistory(clock=Clock())
+    src = "x = compute(i)\ny = 2\n"
+    h.record("file:///a.py", "a.py", src, "y = 2\n", 0, 0)
+    assert h.changed_identifiers() == (set(), set())
