@@ -96,11 +96,15 @@ def multiline_allowed(line_prefix: str, line_suffix: str, language: str) -> bool
 
 
 def _overlap(text: str, suffix: str) -> int:
-    """Length of the longest tail of ``text`` equal to a head of ``suffix`` (ignoring whitespace-only)."""
+    """Length of the longest tail of ``text`` equal to a head of ``suffix``. Short overlaps count only
+    when they are punctuation (``)``, ``";``): a shared letter or two is more often a coincidence
+    (``x + y`` before ``y + 1``) than a repeat."""
     best = 0
     for k in range(1, min(len(text), len(suffix), 400) + 1):
-        if text.endswith(suffix[:k]) and suffix[:k].strip():
-            best = k
+        head = suffix[:k]
+        if text.endswith(head) and head.strip():
+            if k >= 3 or not any(ch.isalnum() or ch == "_" for ch in head):
+                best = k
     return best
 
 

@@ -9,6 +9,8 @@ def test_drops_text_that_repeats_the_suffix():
     # the model re-emits what already follows the cursor on this line
     assert postprocess("a, b)", "print(", "a, b)\n", "python") == ""
     assert postprocess("total + 1)", "print(", ")\n", "python") == "total + 1"
+    assert postprocess("x + y", "z = ", "y + 1\n", "python") == "x + y"  # one shared letter: kept
+    assert postprocess("name, rest)", "f(", "rest)\n", "python") == "name,"
     # multi-line: a line equal to the suffix's next line is not emitted again
     out = postprocess("    x = 1\n    return x\n", "def f():", "\n    return x\n", "python")
     assert out == "\n    x = 1" or out == "    x = 1"
