@@ -21,7 +21,8 @@ Design decisions:
   Rows with no key to attend to give 0 (SDPA gives NaN there; the model never produces such rows).
 - Strides everywhere: q may be a transposed view of a projection; the output is allocated
   [B, Lq, H, D] and returned as a [B, H, Lq, D] view, so transposing it back to tokens is free.
-- fp32 inputs use IEEE dot products (no TF32) so fp32 models match their reference closely;
+- fp32 inputs use ``tf32x3`` dot products (three TF32 MMAs: about fp32 accuracy on tensor cores; IEEE
+  FMA dots spilled kilobytes of registers at these tile sizes) so fp32 models match their reference;
   fp16/bf16 inputs accumulate in fp32. Triton's CPU interpreter computes ``tl.dot`` on bf16 operands
   wrongly (numpy has no bf16), so under the interpreter bf16 tiles are widened to fp32 first.
 - Forward only.
@@ -50,15 +51,15 @@ def _attend_tile(
     d_ok,
     allowed,
     qk_scale,
-    IEEE: tl.constexpr,
+    F32_DOT: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
     """One K/V tile of the online softmax. allowed [BLOCK_M, BLOCK_N] says which scores count."""
     k = tl.load(k_ptrs, mask=key_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
     if UPCAST:
         k = k.to(tl.float32)
-    if IEEE:  # fp32 operands: exact products, no TF32
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if F32_DOT:  # fp32 operands: three TF32 products, about fp32 accuracy
+        s = tl.dot(q, tl.trans(k), input_precision="tf32x3")
     else:
         s = tl.dot(q, tl.trans(k))
     s = s * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
@@ -71,8 +72,8 @@ def _attend_tile(
     v = tl.load(v_ptrs, mask=key_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
     if UPCAST:
         v = v.to(tl.float32)
-    if IEEE:
-        pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    if F32_DOT:
+        pv = tl.dot(p.to(v.dtype), v, input_precision="tf32x3")
     else:
         pv = tl.dot(p.to(v.dtype), v)
     acc = acc * alpha[:, None] + pv
@@ -134,7 +135,7 @@ def _attention_kernel(
     HAS_K2: tl.constexpr,
     HAS_MASK: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
-    IEEE: tl.constexpr,
+    F32_DOT: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -177,7 +178,7 @@ def _attention_kernel(
         k_ptrs = K + b * skb + kvh * skh + n[:, None] * skn + d[None, :] * skd
         v_ptrs = V + b * svb + kvh * svh + n[:, None] * svn + d[None, :] * svd
         acc, m_i, l_i = _attend_tile(
-            acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, d_ok, allowed, qk_scale, IEEE, UPCAST
+            acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, d_ok, allowed, qk_scale, F32_DOT, UPCAST
         )
 
     # ---- segment B (the active block): always real, taken by the last split ----
@@ -193,7 +194,7 @@ def _attention_kernel(
                 k_ptrs = K2 + b * s2kb + kvh * s2kh + n[:, None] * s2kn + d[None, :] * s2kd
                 v_ptrs = V2 + b * s2vb + kvh * s2vh + n[:, None] * s2vn + d[None, :] * s2vd
                 acc, m_i, l_i = _attend_tile(
-                    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, d_ok, allowed, qk_scale, IEEE, UPCAST
+                    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, d_ok, allowed, qk_scale, F32_DOT, UPCAST
                 )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # no key at all: output 0 instead of 0/0
@@ -248,6 +249,19 @@ def _attention_combine_kernel(
     tl.store(OUT + b * sob + h * soh + qi * som + d * sod, out.to(OUT.dtype.element_ty), mask=d < HEAD_DIM)
 
 
+def launch_config(head_dim: int, packed_rows: int, dtype: torch.dtype) -> tuple[int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages). Checked offline for sm_90 with
+    ``python -m kernels.compile_check``: no fp16/bf16 or fp32 D=64 variant spills registers; fp32 at
+    D=128 spills a few dozen bytes. Not timed on a GPU yet."""
+    block_d = max(16, next_pow2(head_dim))
+    block_m = 64 if packed_rows > 32 else max(16, next_pow2(packed_rows))
+    tile_bytes = block_d * (4 if dtype == torch.float32 else 2)  # one key row
+    block_n = 64 if tile_bytes <= 128 else 32 if tile_bytes <= 256 else 16
+    if tile_bytes > 256:  # fp32 at D=128: the fp32 accumulator and tf32x3 operands need more room
+        block_m = min(block_m, 32)
+    return block_m, block_n, block_d, 8 if tile_bytes > 256 else 4, 2
+
+
 def _choose_splits(programs: int, tiles: int, device: torch.device) -> int:
     """Enough splits to give every SM about two programs, each keeping at least 4 context tiles."""
     want = max(1, (2 * sm_count(device)) // max(1, programs))
@@ -290,9 +304,7 @@ def attention(
     out = torch.empty((B, Lq, H, D), dtype=q.dtype, device=q.device).transpose(1, 2)  # [B, H, Lq, D] view
     if Lq == 0:
         return out
-    BLOCK_D = max(16, next_pow2(D))
-    BLOCK_M = 64 if G * Lq > 32 else max(16, next_pow2(G * Lq))
-    BLOCK_N = 64 if BLOCK_D <= 64 else 32
+    BLOCK_M, BLOCK_N, BLOCK_D, warps, stages = launch_config(D, G * Lq, q.dtype)
     m_tiles = triton.cdiv(G * Lq, BLOCK_M)
     if num_splits is None:
         num_splits = _choose_splits(m_tiles * B * Hkv, triton.cdiv(La, BLOCK_N), q.device)
@@ -351,10 +363,10 @@ def attention(
         HAS_K2=has_k2,
         HAS_MASK=mask is not None,
         NUM_SPLITS=num_splits,
-        IEEE=q.dtype == torch.float32,
+        F32_DOT=q.dtype == torch.float32,
         UPCAST=INTERPRET and q.dtype == torch.bfloat16,
-        num_warps=4,
-        num_stages=2,
+        num_warps=warps,
+        num_stages=stages,
     )
     if num_splits > 1:
         _attention_combine_kernel[(B * H * Lq,)](
