@@ -178,6 +178,37 @@ def test_fallback_renderer_shows_and_accepts(nvim_factory, tiny_server, tmp_path
     )
     wait_until(lambda: "accept" in [e[1] for e in tel.events(item["id"])], 10, "the accept event")
 
+    # Partial accept and dismiss through the same renderer.
+    n.input("<CR>x = (")
+    second = n.wait(
+        "local g = require('editserver').ghost.current(); return g and g.id ~= ... and g.id and g.text ~= '' and g or nil",
+        60,
+        "a second suggestion",
+        item["id"],
+    )
+    line = n.api.current.line
+    n.input("<C-Right>")
+    row = wait_until(
+        lambda: [e for e in tel.events(second["id"]) if e[1] == "accept" and e[3] == "word"],
+        10,
+        "a partial accept",
+    )[0]
+    n.wait("return vim.api.nvim_get_current_line() == ...", 10, "the accepted word", line + row[4])
+    third = n.wait(
+        "local g = require('editserver').ghost.current(); return g and g.id ~= ... and g.id and g.text ~= '' and g or nil",
+        60,
+        "a third suggestion",
+        second["id"],
+    )
+    n.input("<C-]>")
+    n.wait(
+        "local ns = vim.api.nvim_get_namespaces()['editserver.ghost']"
+        " return #vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, {}) == 0",
+        10,
+        "the ghost extmark to be cleared",
+    )
+    wait_until(lambda: "reject" in [e[1] for e in tel.events(third["id"])], 10, "the reject event")
+
 
 # ---- next edits ---------------------------------------------------------------------------------
 
