@@ -7,6 +7,8 @@ Design decisions:
 - Optional additive penalty per request row (``penalty`` [B, V] for logits [B, n, V]): the sampler's
   suppressed-token and presence penalties are applied while reading, not as a separate [B, n, V]
   tensor. Penalties may be +inf (token forbidden).
+- Logits are read where they lie through (row, position) strides, so the active block's slice of a
+  whole-canvas logits tensor needs no copy.
 - Top-2 margin p1 - p2 = (1 - exp(z2 - z1)) / normaliser from a running second maximum: merging a
   chunk's (top, second) with the running pair needs only max(min(m1, c1), max(m2, c2)).
 - Temperature sampling uses the Gumbel-max trick in the same pass: token = argmax(z + g) with
@@ -34,8 +36,9 @@ def _token_confidence_kernel(
     PROB,
     MARGIN,
     V,
-    ROWS_PER_PEN,
-    sl,
+    N_INNER,
+    s_outer,
+    s_inner,
     sp,
     inv_temp,
     seed,
@@ -44,7 +47,9 @@ def _token_confidence_kernel(
     SAMPLE: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
+    row = tl.program_id(0).to(tl.int64)  # flat (outer, inner) row: logits [OUTER, N_INNER, V]
+    outer = row // N_INNER
+    row_ptr = LOGITS + outer * s_outer + (row % N_INNER) * s_inner
     lane = tl.arange(0, BLOCK_V)
     neg_inf = float("-inf")
     m1 = tl.full([], neg_inf, tl.float32)  # running max of z
@@ -56,9 +61,9 @@ def _token_confidence_kernel(
     for start in range(0, V, BLOCK_V):
         cols = start + lane
         ok = cols < V
-        z = tl.load(LOGITS + row * sl + cols, mask=ok, other=neg_inf).to(tl.float32)  # [BLOCK_V]
-        if HAS_PEN:
-            z = z - tl.load(PEN + (row // ROWS_PER_PEN) * sp + cols, mask=ok, other=0.0).to(tl.float32)
+        z = tl.load(row_ptr + cols, mask=ok, other=neg_inf).to(tl.float32)  # [BLOCK_V]
+        if HAS_PEN:  # one penalty row per outer index (per request)
+            z = z - tl.load(PEN + outer * sp + cols, mask=ok, other=0.0).to(tl.float32)
         if SAMPLE:
             z = z * inv_temp
         c1 = tl.max(z, 0)
@@ -113,17 +118,16 @@ def token_confidence(
     check_tensors(logits, penalty)
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if logits.dim() not in (2, 3):
+        raise ValueError(f"logits must be [M, V] or [B, n, V], got {tuple(logits.shape)}")
     lead, V = logits.shape[:-1], logits.shape[-1]
-    l2 = logits.reshape(-1, V)
-    if l2.stride(-1) != 1:
-        l2 = l2.contiguous()
-    M = l2.shape[0]
-    rows_per_pen = 1
-    if penalty is not None:
-        groups = logits.shape[0] if logits.dim() > 2 else M
-        if penalty.shape != (groups, V) or penalty.stride(-1) != 1:
-            raise ValueError(f"penalty must be a unit-stride [{groups}, {V}], got {tuple(penalty.shape)}")
-        rows_per_pen = max(1, M // max(1, groups))
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    # read in place, also a [B, n, V] slice of a longer canvas (no copy): rows are (outer, inner)
+    l3 = logits if logits.dim() == 3 else logits[:, None, :]  # [OUTER, N_INNER, V]
+    M = l3.shape[0] * l3.shape[1]
+    if penalty is not None and (penalty.shape != (l3.shape[0], V) or penalty.stride(-1) != 1):
+        raise ValueError(f"penalty must be a unit-stride [{l3.shape[0]}, {V}], got {tuple(penalty.shape)}")
     tok = torch.empty(M, dtype=torch.int64, device=logits.device)
     prob = torch.empty(M, dtype=torch.float32, device=logits.device)
     margin = torch.empty(M, dtype=torch.float32, device=logits.device) if want_margin else None
@@ -132,16 +136,17 @@ def token_confidence(
         dev = generator.device if generator is not None else "cpu"
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=dev).item())
     if M:
-        pen = penalty if penalty is not None else l2
+        pen = penalty if penalty is not None else logits
         _token_confidence_kernel[(M,)](
-            l2,
+            l3,
             pen,
             tok,
             prob,
             margin if want_margin else prob,
             V,
-            rows_per_pen,
-            l2.stride(0),
+            l3.shape[1],
+            l3.stride(0),
+            l3.stride(1),
             pen.stride(0),
             1.0 / temperature if sample else 1.0,
             seed or 0,

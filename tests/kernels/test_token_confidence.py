@@ -93,3 +93,15 @@ def test_seed_drawn_from_generator_is_reproducible(device):
 def test_bad_penalty_is_rejected(device):
     with pytest.raises(ValueError, match="penalty"):
         token_confidence(torch.randn(2, 3, 10, device=device), torch.zeros(3, 10, device=device))
+
+
+def test_block_slice_of_canvas_logits_is_read_in_place(device):
+    """The sampler passes logits[:, block] of a whole-canvas tensor: strided rows, no copy needed."""
+    canvas = torch.randn(3, 20, 77, device=device)
+    block = canvas[:, 4:12]  # [3, 8, 77], row stride 20 * 77
+    penalty = torch.rand(3, 77, device=device)
+    tok, prob, margin = token_confidence(block, penalty, want_margin=True)
+    tok_r, prob_r, margin_r = token_confidence_reference(block, penalty, want_margin=True)
+    assert torch.equal(tok, tok_r)
+    assert_close(prob, prob_r, torch.float32)
+    assert_close(margin, margin_r, torch.float32)
