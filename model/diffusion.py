@@ -63,4 +63,4 @@ def diffusion_loss(
     canvas_len = (seq_lens - context_lens).clamp_min(1).float()  # [B]
     weight = 1.0 / (t[rows] * canvas_len[rows])  # (1/t) / |canvas|
     loss = (ce * weight).sum() / ids.shape[0]
-    return loss, {"masked": int(rows.numel()), "ce": float(ce.mean())}
+    return loss, {"masked": int(rows.numel()), "ce": float(ce.detach().mean())}

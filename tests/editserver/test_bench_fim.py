@@ -1,0 +1,45 @@
+"""The FIM benchmark's scoring: execution-based pass@1 in a subprocess, first-line cut, percentiles."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+from editserver.bench.fim import first_line, passes, percentile
+
+TASK = {
+    "task_id": "T/0",
+    "entry_point": "add",
+    "prompt": "def add(a, b):\n",
+    "suffix": "",
+    "canonical_solution": "    return a + b\n",
+    "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
+}
+
+
+def test_canonical_passes_and_wrong_fails() -> None:
+    assert passes(TASK, TASK["canonical_solution"], timeout=10)
+    assert not passes(TASK, "    return a - b\n", timeout=10)
+    assert not passes(TASK, "    while True: pass\n", timeout=2)  # a hang is a failure, not a stall
+
+
+def test_first_line_and_percentile() -> None:
+    assert first_line("\n    return x\n    y = 2\n") == "    return x\n"
+    assert first_line("x") == "x"
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5 and percentile([], 0.5) == 0.0
+
+
+def test_bench_command_end_to_end(tiny_checkpoint, tmp_path) -> None:
+    suite = tmp_path / "mini-singleline-infilling.jsonl.gz"
+    with gzip.open(suite, "wt") as fh:
+        fh.write(json.dumps(TASK) + "\n")
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "editserver.cli", "bench", "fim", "--suite", str(suite), "--model",
+                        str(tiny_checkpoint), "--json", str(out), "--max-tokens", "8"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    for block in (d, d["sequential"]):
+        assert {"pass_at_1", "exact_match", "tokens_per_step", "latency_ms", "n"} <= set(block)
+        assert block["n"] == 1 and set(block["latency_ms"]) == {"p50", "p95"}
