@@ -401,6 +401,27 @@ async def test_queue_full_is_429(guarded):
             await long
 
 
+async def test_disconnect_while_queued_drops_the_job(guarded):
+    queued_cancel = 'editserver_cancelled_total{stage="queued"}'
+    before = metric(guarded.url, queued_cancel)
+    async with httpx.AsyncClient(base_url=guarded.url, headers=AUTH, timeout=120) as c:
+        long = asyncio.create_task(
+            c.post("/v1/fim/completions", json={"prompt": "def f(", "max_tokens": 1024})
+        )
+        assert await asyncio.to_thread(wait_for, lambda: running(guarded.url) == 1)
+        with pytest.raises(httpx.ReadTimeout):  # gives up while its request waits in the queue
+            await c.post(
+                "/v1/fim/completions",
+                json={"prompt": "x", "max_tokens": 2},
+                timeout=httpx.Timeout(60, read=1.0),
+            )
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+    assert await asyncio.to_thread(wait_for, lambda: metric(guarded.url, queued_cancel) == before + 1)
+    assert await asyncio.to_thread(wait_for, lambda: running(guarded.url) == 0)
+
+
 # ---- observability -----------------------------------------------------------------------------
 def test_metrics_and_structured_log(server):
     httpx.post(f"{server.url}/v1/fim/completions", json={"prompt": "log me", "max_tokens": 3}, timeout=60)
