@@ -39,5 +39,5 @@ def test_bench_runs_on_cpu(tiny_checkpoint, tmp_path):
     e2e = {(r["batch"], r["backend"]): r for r in result["e2e"]}
     assert set(e2e) == {(1, "torch"), (2, "torch")}
     for r in e2e.values():
-        assert r["canvas_positions_per_s"] > 0 and r["steps_per_call"] >= 1
+        assert r["steps_per_s"] > 0 and r["ms_per_step"] > 0 and r["steps_per_call"] >= 1
         assert 0 <= r["mean_output_tokens"] <= 8
