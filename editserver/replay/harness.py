@@ -16,6 +16,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -72,7 +73,18 @@ class ReplayConfig:
             "tune_points",
         ):
             d.pop(k)
+        # the weights answer the requests: a resumed log of another checkpoint must not be mixed in
+        if self.model and (Path(self.model) / "model.safetensors").is_file():
+            d["weights_sha256"] = file_digest(Path(self.model) / "model.safetensors")
         return d
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def make_suggester(cfg: ReplayConfig) -> Suggester:
@@ -213,7 +225,13 @@ def assemble(
         "robustness": robustness,
         "complete": complete,
         "suggester": s.name,
-        "settings": {**asdict(cfg), "inputs": [*cfg.repos, *cfg.records], "seed": cfg.points.seed},
+        "model_meta": getattr(s, "meta", None),
+        "settings": {
+            **cfg.identity(),
+            **asdict(cfg),
+            "inputs": [*cfg.repos, *cfg.records],
+            "seed": cfg.points.seed,
+        },
         "suggestions": edits,
         "fim_completions": fims,
     }

@@ -64,7 +64,8 @@ class EngineSuggester:
         self.effort = effort
         self.seed = seed
         self.batch_size = max(1, batch_size)
-        self.name = f"in-process:{engine.ck.meta.get('recipe', 'model')}"
+        self.meta = dict(engine.ck.meta)  # provenance of the checkpoint (training step, recipe)
+        self.name = f"in-process:{engine.ck.meta.get('recipe', 'model')}@{engine.ck.meta.get('step', '?')}"
         self.score_aggregate = engine.inference.score_aggregate
         self.threshold = engine.inference.selectivity_threshold
 
