@@ -12,8 +12,9 @@ Design decisions:
 - A rewritten region becomes minimal range edits: a line diff (difflib) first, then each changed
   block trimmed to the characters that really differ, so clients show small, precise edits and an
   unchanged line is never touched.
-- Selectivity: answers the server marks below its threshold, unchanged regions and regions whose
-  rewrite does not parse into edits are dropped; the rest are ranked by score, best first. The reply's
+- Selectivity: answers the server marks below its threshold, unchanged regions, rewrites that wipe
+  the region and rewrites that turn a file that parsed into one with syntax errors (one full parse
+  per answered region, never per keystroke) are dropped; the rest are ranked by score, best first. The reply's
   ``score`` is the best kept region's score (0 when nothing is kept).
 """
 
@@ -50,6 +51,7 @@ class RegionResult:
     score: float
     above_threshold: bool
     edits: list[RangeEdit] = field(default_factory=list)
+    rejected: str | None = None  # why the LSP will not show it (see ``vet``)
 
 
 def region_offsets(doc: Document, region: Region) -> tuple[int, int]:
@@ -177,8 +179,43 @@ async def ask_regions(
 
 def rank(results: list[RegionResult]) -> list[RegionResult]:
     """Kept results (cleared the threshold and changed something), best score first."""
-    kept = [r for r in results if r.above_threshold and r.edits]
+    kept = [r for r in results if r.above_threshold and r.edits and r.rejected is None]
     return sorted(kept, key=lambda r: -r.score)
+
+
+def vet(doc: Document, parsed: ParsedDocument | None, r: RegionResult) -> str | None:
+    """Why a rewrite must not be shown, or None. Guards against what a confident but wrong model does:
+    wiping the region, or breaking code that parsed (checked with a parse of the edited file)."""
+    if r.rewritten is not None and not r.rewritten.strip() and r.original.strip():
+        return "deletes the whole region"
+    if parsed is not None and r.edits:
+        text = doc.text
+        for e in sorted(r.edits, key=lambda e: -e.start):
+            text = text[: e.start] + e.new_text + text[e.end :]
+        before, after = (
+            _damage(parsed.tree.root_node),
+            _damage(ParsedDocument(parsed.grammar, text).tree.root_node),
+        )
+        if after[0] > before[0]:
+            return "introduces a syntax error"
+        if after[1] > before[1]:
+            return "empties a block"  # tree-sitter-python accepts a body dedented away; we do not
+    return None
+
+
+def _damage(root) -> tuple[int, int]:
+    """(syntax errors or missing nodes, empty blocks) in a tree."""
+    errors = empty = 0
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            errors += 1
+        if node.type in ("block", "statement_block") and node.named_child_count == 0:
+            empty += 1
+        if node.has_error or node.type not in ("identifier", "string", "comment"):
+            stack.extend(node.children)
+    return errors, empty
 
 
 async def suggest(ls: EditLanguageServer, doc: Document, line: int, char: int):
@@ -223,6 +260,8 @@ async def suggest(ls: EditLanguageServer, doc: Document, line: int, char: int):
     ls.send_status()
     if doc.version != version:
         return sid, doc, version, [], results  # the text moved on: these offsets are stale
+    for r in results:
+        r.rejected = vet(doc, parsed, r)
     kept = rank(results)
     if kept:
         ls.telemetry.suggestion(
@@ -255,4 +294,5 @@ def region_info(r: RegionResult, kept: list[RegionResult]) -> dict:
         "score": r.score,
         "aboveThreshold": r.above_threshold,
         "kept": r in kept,
+        "rejected": r.rejected,
     }

@@ -161,3 +161,27 @@ async def test_newer_next_edit_request_supersedes_older(tiny_server, base_option
         old = await first
         assert old["regions"] == [] and old["edits"] == []  # superseded before its answers came back
         assert second["regions"] and second["regions"][0]["reason"] == "cursor"
+
+
+def test_vet_rejects_wiping_and_syntax_breaking_rewrites():
+    from lsp.context import ParsedDocument
+    from lsp.nextedit import vet
+
+    doc = Document(URI, SRC, 1, "python")
+    parsed = ParsedDocument("python", SRC)
+    line = CALL_SITES[0]
+    start = sum(len(ln) + 1 for ln in SRC.split("\n")[:line])
+    original = SRC.split("\n")[line] + "\n"
+
+    def result(rewritten):
+        return RegionResult(
+            Region(line, line), "p", original, rewritten, 0.9, True, minimal_edits(original, rewritten, start)
+        )
+
+    good = result(original.replace("compute(", "compute_total("))
+    assert vet(doc, parsed, good) is None
+    assert vet(doc, parsed, result("\n")) == "deletes the whole region"
+    assert vet(doc, parsed, result("    value = compute(items, 0.2\n")) == "introduces a syntax error"
+    broken = result("________________________________\n")  # the body dedented away: an empty block
+    broken.rejected = vet(doc, parsed, broken)
+    assert broken.rejected == "empties a block" and rank([broken, good]) == [good]

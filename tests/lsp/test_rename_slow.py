@@ -99,8 +99,14 @@ async def test_rename_at_definition_yields_call_site_edits(shipped_server, recor
                 for ln in range(r["range"]["start"]["line"], r["range"]["end"]["line"])
             }
             assert set(sites) <= asked, (language, sites, res["regions"])  # plumbing: every call site asked
-            after = apply_edits(text, res["edits"]).split("\n")
-            done = sum(1 for i in sites if re.search(rf"\b{new}\(", after[i]) and not call.search(after[i]))
+            after = apply_edits(text, res["edits"])
+            fresh = re.compile(rf"\b{new}\(")
+            # call sites renamed: new-name calls gained, as long as old-name calls went away with them
+            gained = len(fresh.findall(after)) - len(fresh.findall(text))
+            gone = len(sites) - len(call.findall(after))
+            done = max(0, min(gained, gone, len(sites)))
+            for e in res["edits"]:
+                print(f"  edit at line {e['range']['start']['line']}: {e['newText'][:80]!r}")
             renamed_sites += done
             total_sites += len(sites)
             print(f"{language}: {done}/{len(sites)} call sites renamed; score {res['score']:.3f}")
