@@ -4,8 +4,8 @@ Design decisions:
 - One HTML file with inline CSS and inline SVG (svg.py): it opens offline, can be mailed or
   attached to CI, and loads nothing from the network.
 - It is rendered from the same result dict the ``--json`` output holds, so the two never disagree.
-- Examples are picked deterministically (first shown accepted and rejected suggestions in point
-  order, preferring ones with an actual change to compare against) and shown as unified diffs of
+- Examples are picked deterministically (accepted and rejected proposals in id order, shown ones
+  first, then ones with an actual change to compare against) and shown as unified diffs of
   the region: what the model proposed, and what the developer did.
 """
 
@@ -122,15 +122,17 @@ def _curves_chart(curve: list[dict], title: str, marker: float | None) -> str:
 
 
 def _examples(rows: list[dict], label: str, n: int) -> str:
-    picked = [r for r in rows if r.get("label") == label and r.get("shown")]
-    picked.sort(key=lambda r: (r.get("expected") is None, r["id"]))
+    # shown ones first; suppressed proposals still illustrate the model when the threshold hides all
+    picked = [r for r in rows if r.get("label") == label]
+    picked.sort(key=lambda r: (not r.get("shown"), r.get("expected") is None, r["id"]))
     out = []
     for r in picked[:n]:
         score = r.get("shown_score")
         out.append(
             f"<h4>{escape(r['id'])} <span class='muted'>k={r['k']}/{r['n_hunks']} · "
             f"score {fmt(score, 'dec')} · "
-            f"kept {100 * r.get('kept', 0):.0f}%{' · exact' if r.get('exact') else ''}</span></h4>"
+            f"kept {100 * r.get('kept', 0):.0f}%{' · exact' if r.get('exact') else ''}"
+            f"{'' if r.get('shown') else ' · suppressed by the threshold'}</span></h4>"
         )
         out.append(diff_html(r["region"], r.get("suggestion") or "", "suggested"))
         if r.get("window") is not None:
