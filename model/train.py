@@ -92,6 +92,8 @@ def prepare(
         if (r["repo"], r["path"]) not in seen:
             seen.add((r["repo"], r["path"]))
             texts.append(r["before"])
+    if not texts:
+        raise ValueError("no training text: no source files and no edit records to learn from")
     if tokenizer_path is not None:
         tok = Tokenizer.load(tokenizer_path)
     else:
@@ -113,8 +115,9 @@ def _batch(store: RowStore, idx: np.ndarray, device: str):
 
 
 def _lr(step: int, cfg: TrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
+    warmup = min(cfg.warmup, max(1, cfg.steps // 10))  # short fine-tunes warm up for a tenth of the run
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
     if cfg.decay_start is None or step < cfg.decay_start:
         return cfg.lr
     p = min(1.0, (step - cfg.decay_start) / max(1, cfg.steps - cfg.decay_start))

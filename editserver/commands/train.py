@@ -10,8 +10,18 @@ DEFAULT_HOME = Path.home() / ".cache" / "editserver-train"
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train the diffusion model (resumes from --run if it has state)")
-    p.add_argument("--run", type=Path, default=DEFAULT_HOME / "run", help="run directory (state, logs)")
-    p.add_argument("--data", type=Path, default=None, help="row store directory (default: RUN/../data)")
+    p.add_argument(
+        "--run",
+        type=Path,
+        default=None,
+        help="run directory (state, logs); default ~/.cache/editserver-train/run, or .../repo-NAME with --repo",
+    )
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="row store directory (default: RUN/../data; RUN/data with --repo)",
+    )
     p.add_argument(
         "--edits",
         type=Path,
@@ -26,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--init", type=Path, default=None, help="checkpoint to start from")
     p.add_argument("--preset", default="small", help="model size preset (tiny, small, base)")
-    p.add_argument("--steps", type=int, default=20000)
+    p.add_argument("--steps", type=int, default=None, help="total steps (default 100000; 300 with --repo)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument(
         "--decay-start",
@@ -34,15 +44,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="step where the LR starts its linear decay to 10%% at --steps (default: never)",
     )
-    p.add_argument("--lr", type=float, default=1.5e-3)
+    p.add_argument(
+        "--lr", type=float, default=None, help="peak learning rate (default 1.5e-3; 3e-4 with --repo)"
+    )
     p.add_argument("--rows", type=int, default=200_000, help="training rows to build")
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--vocab-size", type=int, default=8192)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=250)
-    p.add_argument("--export", type=Path, default=None, metavar="DIR",
-                   help="do not train: copy RUN/checkpoint to DIR with bf16 weights (how the default is shipped)")
+    p.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="do not train: copy RUN/checkpoint to DIR with bf16 weights (how the default is shipped)",
+    )
     p.add_argument("--max-commits", type=int, default=2000, help="with --repo: commits to mine")
     p.set_defaults(func=run)
 
@@ -51,13 +68,20 @@ def run(args: argparse.Namespace) -> int:
     from model.checkpoint import DEFAULT_CHECKPOINT
     from model.train import TrainConfig, prepare, train
 
+    if args.run is None:
+        args.run = DEFAULT_HOME / (f"repo-{args.repo.resolve().name}" if args.repo else "run")
     if args.export is not None:
         from model.checkpoint import export_checkpoint
 
         out = export_checkpoint(args.run / "checkpoint", args.export)
         print(f"exported {args.run / 'checkpoint'} -> {out}")
         return 0
-    data = args.data or args.run.parent / "data"
+    fine_tune = args.repo is not None
+    args.steps = args.steps or (300 if fine_tune else 100_000)
+    args.lr = args.lr or (3e-4 if fine_tune else 1.5e-3)
+    if fine_tune and args.decay_start is None:
+        args.decay_start = 0  # fine-tuning decays from the start: a short run, no stable phase
+    data = args.data or (args.run / "data" if args.repo is not None else args.run.parent / "data")
     init = args.init
     if args.repo is not None:
         from model.gitmine import mine_repo
@@ -68,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             if not records:
                 print(f"no usable edits found in {args.repo}")
                 return 1
+            print(f"mined {len(records)} file edits from {args.repo}", flush=True)
             prepare(
                 data,
                 None,

@@ -91,3 +91,53 @@ def test_train_resumes_from_state(tmp_path) -> None:
     evals = [e for e in events if e.get("event") == "eval"]
     assert [e["step"] for e in evals] == [3, 6, 9] and all("val_loss" in e for e in evals)
     assert load_checkpoint(ckpt).meta["step"] == 9
+
+
+def test_fine_tune_on_a_git_repository(tiny_checkpoint, tmp_path) -> None:
+    """``editserver train --repo`` mines the history with gitpython and continues from a checkpoint."""
+    import subprocess
+    import sys
+
+    import git
+
+    repo = git.Repo.init(tmp_path / "proj")
+    src = tmp_path / "proj" / "calc.py"
+    body = "".join(f"def f{i}(x):\n    return helper(x, {i})\n\n" for i in range(8))
+    for n, name in enumerate(["helper", "assist", "support"]):
+        src.write_text("def helper(x, k):\n    return x + k\n\n" + body.replace("helper", name))
+        repo.index.add([str(src)])
+        repo.index.commit(f"rename {n}")
+    run = tmp_path / "run"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "editserver.cli",
+            "train",
+            "--repo",
+            str(tmp_path / "proj"),
+            "--init",
+            str(tiny_checkpoint),
+            "--run",
+            str(run),
+            "--rows",
+            "16",
+            "--steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--eval-every",
+            "1",
+            "--seq-len",
+            "256",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "mined 2 file edits" in r.stdout
+    ck = load_checkpoint(run / "checkpoint")
+    assert ck.meta["step"] == 2
+    log = (run / "train.log.jsonl").read_text()
+    assert str(tiny_checkpoint) in log
