@@ -13,6 +13,9 @@ Design decisions:
   errors (HTTP status != 200, by status) and lost requests (sent, never answered: timeouts, resets).
   The server's own request counter (``/metrics``) is compared with what clients sent, so a request
   the server dropped silently also shows up as lost.
+- ``--compare-max-batch 1,8`` runs the same load against one self-started server per value, back to
+  back in one invocation, and reports throughput relative to the first (ratios, not absolute claims:
+  absolute figures depend on what else the machine is doing).
 """
 
 from __future__ import annotations
@@ -252,6 +255,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=2, help="torch threads of the self-started server")
     p.add_argument("--server-arg", action="append", default=[], help="extra 'editserver serve' argument")
     p.add_argument("--api-key", default=None)
+    p.add_argument(
+        "--compare-max-batch",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        metavar="1,8",
+        help="start one server per --max-batch value and compare them in one run",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the report here")
     p.set_defaults(func=run)
 
@@ -262,15 +272,28 @@ def run(args: argparse.Namespace) -> int:
             run_load(url, args.clients, args.duration, args.kind, args.max_tokens, args.timeout, args.api_key)
         )
 
+    reports: list[LoadReport] = []
+    labels: list[str] = []
     if args.url:
-        report = go(args.url)
+        reports.append(go(args.url))
+        labels.append(args.url)
     else:
-        server_args = (["--model", str(args.model)] if args.model else []) + args.server_arg
-        with LocalServer(server_args, threads=args.threads) as server:
-            report = go(server.url)
-    summary = report.summary()
-    print(json.dumps(summary, indent=2))
+        base = (["--model", str(args.model)] if args.model else []) + args.server_arg
+        variants = (
+            [[]] if not args.compare_max_batch else [["--max-batch", str(b)] for b in args.compare_max_batch]
+        )
+        for extra in variants:  # one server per variant, same load, back to back in this one run
+            with LocalServer(base + extra, threads=args.threads) as server:
+                reports.append(go(server.url))
+            labels.append(" ".join(extra) or "default")
+    if len(reports) == 1:
+        out: dict = reports[0].summary()
+    else:
+        runs = [{"server": label, **r.summary()} for label, r in zip(labels, reports, strict=True)]
+        first = runs[0]["throughput_rps"] or float("nan")
+        out = {"runs": runs, "throughput_vs_first": [round(r["throughput_rps"] / first, 2) for r in runs]}
+    print(json.dumps(out, indent=2))
     if args.json:
-        args.json.write_text(json.dumps(summary, indent=2) + "\n")
-    ok = not report.errors and report.lost == 0 and report.server_answered in (None, report.sent)
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    ok = all(not r.errors and r.lost == 0 and r.server_answered in (None, r.sent) for r in reports)
     return 0 if ok else 1
