@@ -4,8 +4,8 @@
 --- - Each proposed edit is tracked by an invisible range extmark, so applying one edit (or part of
 ---   one) moves the others with the text; nothing is re-requested until the user edits.
 --- - Display trims the text the edit keeps (common prefix/suffix) so a rename shows only the changed
----   word: the old part highlighted as deleted, the new part as inline virtual text (further lines
----   as virtual lines), and a sign on the edit's first line.
+---   word: the old part highlighted as deleted, then "→" and the new part as inline virtual text
+---   (further lines as virtual lines), and a sign on the edit's first line.
 --- - `jump` goes to the next edit in document order from the cursor (wrapping); on an edit's lines
 ---   it applies that edit, so <Tab><Tab> = go there, apply.
 --- - Partial accept (word/line) removes the edit's old part with the first piece and then inserts
@@ -103,6 +103,10 @@ local function render(bufnr)
       })
     end
     local lines = vim.split(x.new_mid, '\n', { plain = true })
+    if x.old_mid ~= '' and x.new_mid ~= '' then
+      -- A replacement reads "old→new" (old struck through), also without colours.
+      lines[1] = '→' .. lines[1]
+    end
     local virt_lines = {}
     for i = 2, #lines do
       table.insert(virt_lines, { { lines[i], 'EditserverNextEditInsert' } })
