@@ -8,8 +8,8 @@ Design decisions:
 - Auth: with ``--api-key`` every ``/v1/*`` route needs ``Authorization: Bearer KEY`` (compared in
   constant time); ``/health`` and ``/metrics`` stay open for local liveness probes and scrapers.
 - Next edit never returns "no prediction": when the model's rewrite is unchanged, truncated (ran out
-  of canvas) or scores below the checkpoint's selectivity threshold, the content is the region as
-  sent, so Zed/Continue show nothing; our ``editserver`` field carries the score, whether it cleared
+  of canvas), empty (it would delete the whole region on a vacuous score) or scores below the
+  checkpoint's selectivity threshold, the content is the region as sent, so Zed/Continue show nothing; our ``editserver`` field carries the score, whether it cleared
   the threshold, and the model's own rewrite for clients that want to decide themselves.
 - Streams are Server-Sent Events ending in ``data: [DONE]``. The diffusion canvas is decoded in
   parallel, so a plain stream sends the answer as one chunk when it is ready; ``diffusing: true``
@@ -240,6 +240,10 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             return region, "stop", "truncated"
         if c.unchanged:
             return region, "stop", "unchanged"
+        if region.strip() and not c.text.strip():
+            # deleting the whole region: the score of an empty answer is vacuous (no tokens to be
+            # confident about), and a model that ends at once would otherwise erase the user's code
+            return region, "stop", "empty"
         if not c.above_threshold:
             return region, "stop", "below_threshold"
         return c.text, "stop", "shown"

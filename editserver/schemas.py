@@ -208,7 +208,7 @@ class SuggestionInfo(BaseModel):
     unchanged: bool = Field(False, description="edit: the model rewrote the region as it was")
     suppressed: bool = Field(False, description="edit: the region is returned unchanged on purpose")
     outcome: str | None = Field(
-        None, description="edit: shown | unchanged | below_threshold | truncated | cancelled"
+        None, description="edit: shown | unchanged | empty | below_threshold | truncated | cancelled"
     )
     suggestion: str | None = Field(None, description="edit: the model's region even when suppressed")
     model_finish_reason: str = Field(..., description="how the model's own decoding ended")

@@ -221,7 +221,12 @@ def test_legacy_completions_with_openai_client(server):
 def check_edit_content(content: str, info: dict, finish: str) -> None:
     """The region comes back unchanged unless the model's rewrite is complete, new and confident."""
     assert finish == "stop"  # the answer shown is always complete
-    suppressed = info["model_finish_reason"] != "stop" or info["unchanged"] or not info["above_threshold"]
+    suppressed = (
+        info["model_finish_reason"] != "stop"
+        or info["unchanged"]
+        or not info["above_threshold"]
+        or not info["suggestion"].strip()  # an empty rewrite would delete the whole region
+    )
     assert info["suppressed"] == suppressed and (info["outcome"] == "shown") != suppressed
     assert content == format_edit_response(REGION if suppressed else info["suggestion"])
     assert content.startswith("```\n") and content.endswith("\n```")  # what Zed strips
