@@ -8,8 +8,9 @@ Design decisions:
   receiving the answer, so debounce, sync, tree-sitter, prompt building, HTTP and the model are all in.
 - Answers served from the LSP's cache (the user typed along the previous suggestion) are reported
   separately from answers that needed the model, since the mix depends on the typing script.
-- Side by side in the same run, the same prefixes are sent straight to ``/v1/fim/completions``, so
-  the LSP's own overhead is a measured ratio, not a guess. ``editserver/nextEdit`` latency (after a
+- Side by side in the same run, each prefix the LSP sent to the model is also sent straight to
+  ``/v1/fim/completions`` right after (interleaved, so both see the same machine load), so the LSP's
+  own overhead is a measured ratio, not a guess. ``editserver/nextEdit`` latency (after a
   rename at a definition, so call sites are asked about too) is reported as well.
 - Bounded: at most 500 samples; everything is loopback.
 """
@@ -96,7 +97,24 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
     )
     model_ms: list[float] = []
     cache_ms: list[float] = []
-    prefixes: list[str] = []
+    direct_ms: list[float] = []
+    http = httpx.AsyncClient(timeout=120, trust_env=False)
+
+    async def direct(prefix: str) -> float:
+        """The same prefix straight to the HTTP API (what the LSP asks, minus the LSP)."""
+        body = {
+            "model": "editserver",
+            "prompt": prefix,
+            "suffix": "",
+            "max_tokens": 64,
+            "temperature": 0,
+            "stop": ["\n"],
+        }
+        t0 = time.perf_counter()
+        r = await http.post(url + "/v1/fim/completions", json=body)
+        r.raise_for_status()
+        return (time.perf_counter() - t0) * 1000
+
     last_id = None
     version = 1
     script = (TYPED * (samples // len(TYPED) + 1))[:samples]
@@ -132,7 +150,7 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
             cache_ms.append(ms)
         else:
             model_ms.append(ms)
-            prefixes.append(text)
+            direct_ms.append(await direct(text))  # interleaved: both see the same machine load
         last_id = sid or last_id
 
     # next edit after a rename at a definition (call sites are asked about too)
@@ -166,22 +184,8 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
     client.exit(None)
     await client.stop()
 
-    # the same prefixes straight to the HTTP API: the model + HTTP share of the time
-    direct_ms: list[float] = []
-    async with httpx.AsyncClient(timeout=60, trust_env=False) as http:
-        for prefix in prefixes:
-            body = {
-                "model": "editserver",
-                "prompt": prefix,
-                "suffix": "",
-                "max_tokens": 64,
-                "temperature": 0,
-                "stop": ["\n"],
-            }
-            t0 = time.perf_counter()
-            r = await http.post(url + "/v1/fim/completions", json=body)
-            r.raise_for_status()
-            direct_ms.append((time.perf_counter() - t0) * 1000)
+    await http.aclose()
+
     report = {
         "debounce_ms": debounce_ms,
         "keystroke_to_suggestion": stats(model_ms + cache_ms),
