@@ -50,3 +50,25 @@ def test_serve_bad_model_dir_fails_fast(tmp_path):
         timeout=120,
     )
     assert r.returncode == 2 and "not a checkpoint directory" in r.stderr
+
+
+def test_shipped_with_openai_client(shipped_server):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{shipped_server.url}/v1", api_key="unused", max_retries=0)
+    c = client.completions.create(model="mercury-edit-2", prompt="import os\n", suffix="\n", max_tokens=8)
+    assert c.object == "text_completion" and c.choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.mark.gpu
+def test_serve_on_cuda(tiny_checkpoint):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    with LocalServer(["--model", str(tiny_checkpoint), "--device", "cuda", "--max-output-tokens", "16"]) as s:
+        assert httpx.get(f"{s.url}/health").json()["device"].startswith("cuda")
+        body = {"prompt": "def f(", "max_tokens": 8, "stream": True, "diffusing": True}
+        with httpx.stream("POST", f"{s.url}/v1/fim/completions", json=body, timeout=120) as r:
+            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert r.status_code == 200 and lines[-1] == "data: [DONE]"
