@@ -220,7 +220,7 @@ class Engine:
                 finish_reason=finish,
                 prompt_tokens=len(contexts[i]),
                 completion_tokens=n,
-                score=aggregate(confs, self.inference.score_aggregate),
+                score=aggregate(self._scored(res, i, n, confs), self.inference.score_aggregate),
                 token_confidences=confs,
                 steps=res.steps,
                 model_calls=res.model_calls,
@@ -234,6 +234,17 @@ class Engine:
                 c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold
             out.append(c)
         return out
+
+    @staticmethod
+    def _scored(res, i: int, n: int, confs: list[float]) -> list[float]:
+        """Confidences that make the score: the answer's tokens and the decision to stop there.
+
+        The first end-of-text was chosen by the model (later ones are filled), so its confidence says
+        how sure the model is that the answer ends here; an empty answer is scored by it alone.
+        """
+        if n < res.tokens.shape[1] and bool(res.finished[i]):
+            return [*confs, float(res.confidences[i, n])]
+        return confs
 
     def _draft(self, row: torch.Tensor) -> str:
         """A canvas as text: masks shown as nothing, stopped at the first end-of-text."""

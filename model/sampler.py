@@ -129,7 +129,8 @@ def choose_tokens(
     probs = torch.softmax(logits / temperature, dim=-1)  # [B, n, V]
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)
-        keep = sorted_p.cumsum(-1) - sorted_p < top_p  # always keeps the top token
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p
+        keep[..., 0] = True  # the top token always stays, however small top_p is
         sorted_p = sorted_p * keep
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
         probs = probs / probs.sum(-1, keepdim=True)
