@@ -6,8 +6,9 @@ Design decisions:
   loopback port, or an existing one with ``--url``). Each sample is one keystroke (``didChange``)
   followed at once by ``textDocument/inlineCompletion``; the clock runs from sending the keystroke to
   receiving the answer, so debounce, sync, tree-sitter, prompt building, HTTP and the model are all in.
-- Answers served from the LSP's cache (the user typed along the previous suggestion) are reported
-  separately from answers that needed the model, since the mix depends on the typing script.
+- Answers served from the LSP's cache (the user typed along the previous suggestion; the run ends
+  by typing along the last one for a few keystrokes) are reported separately from answers that needed
+  the model, since the mix depends on the typing script.
 - Side by side in the same run, each prefix the LSP sent to the model is also sent straight to
   ``/v1/fim/completions`` right after (interleaved, so both see the same machine load), so the LSP's
   own overhead is a measured ratio, not a guess. ``editserver/nextEdit`` latency (after a
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_SAMPLES = 500
+TYPE_ALONG = 8  # keystrokes typed along the last suggestion (served from the LSP's cache)
 
 HEADER = '''import json
 from pathlib import Path
@@ -115,16 +117,16 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
         r.raise_for_status()
         return (time.perf_counter() - t0) * 1000
 
-    last_id = None
-    version = 1
-    script = (TYPED * (samples // len(TYPED) + 1))[:samples]
-    for ch in script:
-        line, char = _position(text)
-        version += 1
+    state = {"text": text, "version": 1}
+
+    async def keystroke(ch: str) -> tuple[float, list]:
+        """Type one character at the end and ask for a completion there; (ms, items)."""
+        line, char = _position(state["text"])
+        state["version"] += 1
         t0 = time.perf_counter()
         client.text_document_did_change(
             types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=state["version"]),
                 content_changes=[
                     types.TextDocumentContentChangePartial(
                         range=types.Range(types.Position(line, char), types.Position(line, char)), text=ch
@@ -132,8 +134,8 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
                 ],
             )
         )
-        text += ch
-        line, char = _position(text)
+        state["text"] += ch
+        line, char = _position(state["text"])
         res = await client.text_document_inline_completion_async(
             types.InlineCompletionParams(
                 context=types.InlineCompletionContext(
@@ -144,14 +146,32 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
             )
         )
         ms = (time.perf_counter() - t0) * 1000
-        items = res.items if res is not None and not isinstance(res, list) else (res or [])
+        return ms, list(res.items if res is not None and not isinstance(res, list) else (res or []))
+
+    last_id = None
+    script = (TYPED * (samples // len(TYPED) + 1))[:samples]
+    for ch in script:
+        ms, items = await keystroke(ch)
         sid = items[0].command.arguments[0]["id"] if items else None
         if sid is not None and sid == last_id:
             cache_ms.append(ms)
         else:
             model_ms.append(ms)
-            direct_ms.append(await direct(text))  # interleaved: both see the same machine load
+            direct_ms.append(await direct(state["text"]))  # interleaved: both see the same machine load
         last_id = sid or last_id
+    # typing along the last suggestion: these answers come from the LSP's cache
+    for filler in "\n    ":  # make sure there is a suggestion to type along (keep typing until one comes)
+        if items:
+            break
+        ms, items = await keystroke(filler)
+        model_ms.append(ms)
+        direct_ms.append(await direct(state["text"]))
+        last_id = items[0].command.arguments[0]["id"] if items else last_id
+    if items:
+        for ch in items[0].insert_text[:TYPE_ALONG]:
+            ms, along = await keystroke(ch)
+            (cache_ms if along and along[0].command.arguments[0]["id"] == last_id else model_ms).append(ms)
+    text, version = state["text"], state["version"]
 
     # next edit after a rename at a definition (call sites are asked about too)
     ne_ms: list[float] = []
