@@ -12,9 +12,9 @@ Design decisions:
   aggregate can be evaluated offline from one replay.
 - Rates with an empty denominator are ``None`` (JSON null), never a misleading 0.
 - Latency percentiles interpolate linearly between ranks.
-- The threshold is chosen on a fixed grid (0.00 to 1.00 by 0.01), not at the observed scores, so it
-  does not overfit single suggestions; among equal utilities the lowest threshold wins (it shows
-  the most). The aggregate is chosen by the best utility it reaches, then by ROC AUC (how well its
+- The threshold is chosen on a fixed grid (0.00 to 1.00 by 0.01), in the middle of the run of
+  thresholds that share the best utility (the widest margin to the tuning scores); when no
+  threshold makes showing pay, 1.0 (suppress) is chosen. The aggregate is chosen by the best utility it reaches, then by ROC AUC (how well its
   score separates accepted from rejected proposals).
 """
 
@@ -136,7 +136,20 @@ def auc(rows: list[dict], aggregate: str | None) -> float | None:
 
 
 def best_threshold(curve: list[dict]) -> dict:
-    return max(curve, key=lambda c: (round(c["utility"], 12), -c["threshold"]))
+    """The curve point to choose: the middle of the best-utility plateau, or 1.0 if showing never pays.
+
+    Thresholds between two observed scores give equal utility; the middle of that run keeps the
+    widest margin to the tuning set's scores on both sides. When no threshold makes showing pay
+    (best utility <= 0, the model's proposals lose more than they win), the choice is to suppress.
+    """
+    top = max(round(c["utility"], 12) for c in curve)
+    if top <= 0 and round(curve[-1]["utility"], 12) == top:
+        return curve[-1]
+    first = next(i for i, c in enumerate(curve) if round(c["utility"], 12) == top)
+    last = first
+    while last + 1 < len(curve) and round(curve[last + 1]["utility"], 12) == top:
+        last += 1
+    return curve[(first + last) // 2]
 
 
 def compare_aggregates(rows: list[dict], aggregates: list[str]) -> dict[str, dict]:

@@ -304,17 +304,17 @@ def test_tuning_chooses_aggregate_and_threshold_on_training_repos_and_writes_con
     assert t["aggregates"]["mean"]["best_utility"] == pytest.approx((0.75 * 2 - 0.25) / 3)
     assert t["chosen"] == {
         "score_aggregate": "min",
-        "selectivity_threshold": 0.31,
+        "selectivity_threshold": 0.55,
         "utility": pytest.approx(0.5),
     }
     # validated on the other repository with the tuned threshold: the 2 wrong finals are suppressed
     s = r["summary"]
-    assert (s["requests"], s["shown"], s["accepted"], s["threshold"]) == (7, 5, 5, 0.31)
+    assert (s["requests"], s["shown"], s["accepted"], s["threshold"]) == (7, 5, 5, 0.55)
     saved = json.loads((ck / "config.json").read_text())["inference"]
-    assert saved["selectivity_threshold"] == 0.31 and saved["score_aggregate"] == "min"
+    assert saved["selectivity_threshold"] == 0.55 and saved["score_aggregate"] == "min"
     from model.checkpoint import load_checkpoint
 
-    assert load_checkpoint(ck).inference.selectivity_threshold == 0.31
+    assert load_checkpoint(ck).inference.selectivity_threshold == 0.55
 
 
 def test_json_output_report_and_resume_after_interrupt(repos, tmp_path):

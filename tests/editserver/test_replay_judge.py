@@ -139,7 +139,12 @@ def test_summary_sweep_and_auc_arithmetic():
     assert curve[0.0]["shown_rate"] == 0.75 and curve[0.8]["acceptance_rate"] == 1.0
     assert curve[0.95]["acceptance_rate"] is None and curve[0.95]["utility"] == 0.0
     assert metrics.auc(rows, None) == 0.5  # 0.9 beats 0.7, 0.6 loses to it
-    assert metrics.best_threshold(metrics.sweep(rows, None))["threshold"] == 0.0  # showing all three pays
+    # showing all three pays; every threshold up to the lowest score (0.6) does that: the middle wins
+    assert metrics.best_threshold(metrics.sweep(rows, None))["threshold"] == 0.3
     rows.append({"label": "rejected", "kept": 0.0, "score": 0.1, "latency_ms": 1.0})
     best = metrics.best_threshold(metrics.sweep(rows, None))
-    assert best["threshold"] == 0.11 and best["utility"] == pytest.approx((1.5 - 0.25) / 5)
+    assert best["threshold"] == 0.35 and best["utility"] == pytest.approx((1.5 - 0.25) / 5)  # (0.1, 0.6]
+    losing = [{"label": "rejected", "score": 0.4}, {"label": "accepted", "score": 0.05}] + [
+        {"label": "rejected", "score": 0.1}
+    ] * 3
+    assert metrics.best_threshold(metrics.sweep(losing, None))["threshold"] == 1.0  # showing never pays
