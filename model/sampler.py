@@ -67,7 +67,9 @@ class TopKRule:
 class CachePolicy(Protocol):
     def prepare(self, model: Transformer, context: torch.Tensor, lengths: torch.Tensor) -> object: ...
 
-    def logits(self, model: Transformer, state: object, canvas: torch.Tensor) -> torch.Tensor: ...
+    def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
+        """Logits [B, n, V] of the canvas positions ``only`` (the active block)."""
+        ...
 
 
 class ContextCache:
@@ -76,9 +78,9 @@ class ContextCache:
     def prepare(self, model: Transformer, context: torch.Tensor, lengths: torch.Tensor) -> KVCache:
         return model.encode_context(context, lengths)
 
-    def logits(self, model: Transformer, state: object, canvas: torch.Tensor) -> torch.Tensor:
+    def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
         assert isinstance(state, KVCache)
-        return model.forward_canvas(canvas, state)
+        return model.forward_canvas(canvas, state, only)
 
 
 class NoCache:
@@ -90,11 +92,11 @@ class NoCache:
         return context
 
     @torch.no_grad()
-    def logits(self, model: Transformer, state: object, canvas: torch.Tensor) -> torch.Tensor:
+    def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
         assert isinstance(state, torch.Tensor)
         ids = torch.cat([state, canvas], dim=1)
         ctx = torch.full((ids.shape[0],), state.shape[1], device=ids.device)
-        return model(ids, context_lens=ctx)[:, state.shape[1] :]
+        return model(ids, context_lens=ctx)[:, state.shape[1] :][:, only]
 
 
 # ---- the loop ----------------------------------------------------------------------------------
@@ -186,7 +188,7 @@ def denoise(
                 seen.scatter_(1, torch.where(fixed, canvas, eot_id), 1.0)  # tokens already committed
                 seen[:, eot_id] = 0.0
                 penalty = penalty + seen * presence_penalty
-            logits = cache.logits(model, state, canvas)[:, blk]  # [B, n, V]
+            logits = cache.logits(model, state, canvas, blk)  # [B, n, V]
             steps += 1
             tok, conf = choose_tokens(logits, temperature, top_p, generator, penalty)
             commit = rule.select(conf, active)  # [B, n]

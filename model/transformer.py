@@ -117,7 +117,9 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, mask, past=None, kv_lens=None):
         h, k, v = self.attn(self.attn_norm(x), cos, sin, mask, past, kv_lens)
-        x, normed = ops.add_rmsnorm(x, h, self.ffn_norm.weight, self.ffn_norm.eps)  # x + h and its norm, fused
+        x, normed = ops.add_rmsnorm(
+            x, h, self.ffn_norm.weight, self.ffn_norm.eps
+        )  # x + h and its norm, fused
         return x + self.ffn(normed), k, v
 
 
@@ -199,8 +201,9 @@ class Transformer(nn.Module):
         return KVCache(keys, values, valid, lengths)
 
     @torch.no_grad()
-    def forward_canvas(self, canvas: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Logits [B, N, V] for the canvas [B, N] given a cached context."""
+    def forward_canvas(self, canvas: torch.Tensor, cache: KVCache, only: slice | None = None) -> torch.Tensor:
+        """Logits [B, N, V] for the canvas [B, N] given a cached context; ``only`` keeps the positions
+        being decoded (the vocabulary projection of the others would be thrown away)."""
         B, N = canvas.shape
         self._check_len(int(cache.lengths.max()) + N)
         # canvas positions continue right after each row's real context
@@ -211,4 +214,4 @@ class Transformer(nn.Module):
         x = self.embed(canvas)
         for layer, k, v in zip(self.layers, cache.keys, cache.values):
             x, _, _ = layer(x, cos, sin, None, past=(k, v), kv_lens=kv_lens)
-        return self.logits(x)
+        return self.logits(x if only is None else x[:, only])
