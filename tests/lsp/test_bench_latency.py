@@ -16,7 +16,9 @@ def test_bench_latency_reports_percentiles(tiny_server):
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     k = report["keystroke_to_suggestion"]
-    assert k["n"] == 6 and 0 < k["p50_ms"] <= k["p95_ms"]
+    # 6 scripted keystrokes, plus a few more to find and type along a suggestion
+    assert k["n"] >= 6 and 0 < k["p50_ms"] <= k["p95_ms"]
+    assert report["model_answers"]["n"] + report["cache_answers"]["n"] == k["n"]
     assert report["direct_http_fim"]["n"] == report["model_answers"]["n"]
     assert report["next_edit"]["n"] == 1
 
