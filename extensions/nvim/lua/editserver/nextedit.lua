@@ -354,19 +354,10 @@ function M.accept_partial(kind, bufnr)
   util.set_cursor(bufnr, row, math.max(col - 1, 0))
   send(set, 'editserver/didAccept', { id = set.id, editIndex = e.index, partial = kind, acceptedText = slice })
   if now == e.new_text then
-    api.nvim_buf_del_extmark(bufnr, ns_track, e.mark)
-    for i, x2 in ipairs(set.edits) do
-      if x2 == e then
-        table.remove(set.edits, i)
-        break
-      end
-    end
-    if #set.edits == 0 then
-      clear(bufnr)
-      return true
-    end
+    finish_edit(bufnr, set, e)
+  else
+    render(bufnr)
   end
-  render(bufnr)
   return true
 end
 
