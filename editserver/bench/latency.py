@@ -6,9 +6,9 @@ Design decisions:
   loopback port, or an existing one with ``--url``). Each sample is one keystroke (``didChange``)
   followed at once by ``textDocument/inlineCompletion``; the clock runs from sending the keystroke to
   receiving the answer, so debounce, sync, tree-sitter, prompt building, HTTP and the model are all in.
-- Answers served from the LSP's cache (the user typed along the previous suggestion; the run ends
-  by typing along the last one for a few keystrokes) are reported separately from answers that needed
-  the model, since the mix depends on the typing script.
+- Answers served from the LSP's cache (the user typed along a suggestion; the run does so once, for
+  a few keystrokes, at the first suggestion it gets) are reported separately from answers that
+  needed the model, since the mix depends on the typing script.
 - Side by side in the same run, each prefix the LSP sent to the model is also sent straight to
   ``/v1/fim/completions`` right after (interleaved, so both see the same machine load), so the LSP's
   own overhead is a measured ratio, not a guess. ``editserver/nextEdit`` latency (after a
@@ -149,6 +149,7 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
         return ms, list(res.items if res is not None and not isinstance(res, list) else (res or []))
 
     last_id = None
+    typed_along = False
     script = (TYPED * (samples // len(TYPED) + 1))[:samples]
     for ch in script:
         ms, items = await keystroke(ch)
@@ -159,18 +160,13 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
             model_ms.append(ms)
             direct_ms.append(await direct(state["text"]))  # interleaved: both see the same machine load
         last_id = sid or last_id
-    # typing along the last suggestion: these answers come from the LSP's cache
-    for filler in "\n    ":  # make sure there is a suggestion to type along (keep typing until one comes)
-        if items:
-            break
-        ms, items = await keystroke(filler)
-        model_ms.append(ms)
-        direct_ms.append(await direct(state["text"]))
-        last_id = items[0].command.arguments[0]["id"] if items else last_id
-    if items:
-        for ch in items[0].insert_text[:TYPE_ALONG]:
-            ms, along = await keystroke(ch)
-            (cache_ms if along and along[0].command.arguments[0]["id"] == last_id else model_ms).append(ms)
+        if items and not typed_along:
+            # once: type along the first suggestion; these answers come from the LSP's cache
+            typed_along = True
+            for along_ch in items[0].insert_text[:TYPE_ALONG]:
+                ms, along = await keystroke(along_ch)
+                hit = along and along[0].command.arguments[0]["id"] == sid
+                (cache_ms if hit else model_ms).append(ms)
     text, version = state["text"], state["version"]
 
     # next edit after a rename at a definition (call sites are asked about too)
