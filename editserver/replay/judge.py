@@ -16,8 +16,11 @@ Design decisions:
 - The kept rate is partial credit: the longest common subsequence of the suggestion's change and
   the actual change, over the suggestion's length. A change is the sequence of its removed tokens
   (``-tok``) then added tokens (``+tok``) per changed block, tokens being identifiers, numbers and
-  single punctuation characters (whitespace never counts). The actual change is the remaining
-  hunks the region overlaps, or the nearest remaining hunk when it overlaps none.
+  single punctuation characters (whitespace never counts). What is compared is what the suggestion
+  writes (its added tokens against the actual added tokens), or, for a suggestion that only
+  deletes, what it deletes: a suggestion that wipes the region must not earn credit because the
+  developer also deleted some of those lines. The actual change is the remaining hunks the region
+  overlaps, or the nearest remaining hunk when it overlaps none.
 - FIM is scored on the first line of the completion against the rest of the line: exact match
   (trailing blanks ignored) and the accepted prefix, the characters a user could accept before the
   first wrong one.
@@ -96,9 +99,12 @@ def _hunk_tokens(lines: list[str], hunks: list[tuple[int, int, str]]) -> list[st
 
 
 def kept_rate(suggested: list[str], actual: list[str]) -> float:
-    if not suggested:
+    """LCS over the suggestion's length, on the text it adds (on what it removes if it only removes)."""
+    sign = "+" if any(t[0] == "+" for t in suggested) else "-"
+    s = [t for t in suggested if t[0] == sign][:MAX_LCS_TOKENS]
+    a = [t for t in actual if t[0] == sign][:MAX_LCS_TOKENS]
+    if not s:
         return 0.0
-    s, a = suggested[:MAX_LCS_TOKENS], actual[:MAX_LCS_TOKENS]
     return lcs_len(s, a) / len(s)
 
 

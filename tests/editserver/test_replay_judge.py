@@ -65,13 +65,20 @@ def test_kept_rate_is_lcs_of_change_tokens_over_the_suggestion():
     old = ["x = foo(a)\n"]
     actual = change_tokens(old, ["x = foo(a, b)\n"])
     suggested = change_tokens(old, ["x = foo(a, c)\n"])
-    # -x -= -foo -( -a -) then +x += +foo +( +a +, +c +): 14 tokens, all but "+c" kept
+    # -x -= -foo -( -a -) then +x += +foo +( +a +, +c +): of the 8 written tokens all but "+c" kept
     assert len(suggested) == 14
-    assert kept_rate(suggested, actual) == pytest.approx(13 / 14)
+    assert kept_rate(suggested, actual) == pytest.approx(7 / 8)
+    # a pure deletion is compared on what it deletes
+    assert (
+        kept_rate(change_tokens(["a = 1\n", "b = 2\n"], ["a = 1\n"]), change_tokens(["b = 2\n"], [])) == 1.0
+    )
     assert kept_rate([], actual) == 0.0
     p = point(["x = foo(a)\n", "pass\n"], [(0, 1, "x = foo(a, b)\n")])
     v = judge_edit(p, "x = foo(a, c)\npass\n")
-    assert v.label == "rejected" and v.kept == pytest.approx(13 / 14)
+    assert v.label == "rejected" and v.kept == pytest.approx(7 / 8)
+    # wiping the region keeps nothing, even where the developer deleted lines too
+    wipe = point(["a = 1\n", "b = 2\n"], [(1, 1, "")])
+    assert judge_edit(wipe, "________\n").kept == 0.0
 
 
 def test_fim_exact_and_accepted_prefix():
