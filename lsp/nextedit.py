@@ -54,6 +54,15 @@ class RegionResult:
     rejected: str | None = None  # why the LSP will not show it (see ``vet``)
 
 
+@dataclass
+class Suggestion:
+    id: str
+    doc: Document
+    version: int  # the document version the edits apply to
+    kept: list[RegionResult] = field(default_factory=list)  # shown, best score first
+    results: list[RegionResult] = field(default_factory=list)  # every region asked about
+
+
 def region_offsets(doc: Document, region: Region) -> tuple[int, int]:
     """Code point [start, end) of a whole-line region, including its last line break."""
     start, _ = doc.line_bounds(region.first_line)
@@ -218,13 +227,13 @@ def _damage(root) -> tuple[int, int]:
     return errors, empty
 
 
-async def suggest(ls: EditLanguageServer, doc: Document, line: int, char: int):
-    """Next edits for a cursor: (id, doc, version, kept results best first, all results)."""
+async def suggest(ls: EditLanguageServer, doc: Document, line: int, char: int) -> Suggestion:
+    """Next edits for a cursor position (all regions asked concurrently, vetted, ranked)."""
     sid = uuid.uuid4().hex
     if not ls.active(ls.settings.enable_next_edit, doc):
         if ls.client is not None and ls.client.state != READY:
             ls.client.nudge()
-        return sid, doc, doc.version, [], []
+        return Suggestion(sid, doc, doc.version)
     s = ls.settings
     version = doc.version
     cursor = doc.offset_at(line, char)
@@ -259,7 +268,7 @@ async def suggest(ls: EditLanguageServer, doc: Document, line: int, char: int):
     )
     ls.send_status()
     if doc.version != version:
-        return sid, doc, version, [], results  # the text moved on: these offsets are stale
+        return Suggestion(sid, doc, version, [], results)  # the text moved on: offsets are stale
     for r in results:
         r.rejected = vet(doc, parsed, r)
     kept = rank(results)
@@ -280,7 +289,7 @@ async def suggest(ls: EditLanguageServer, doc: Document, line: int, char: int):
             ],
             kept[0].score,
         )
-    return sid, doc, version, kept, results
+    return Suggestion(sid, doc, version, kept, results)
 
 
 def region_info(r: RegionResult, kept: list[RegionResult]) -> dict:

@@ -40,7 +40,7 @@ from lsp.client import DISABLED, READY, ModelClient
 from lsp.context import ParsedDocument, grammar_name
 from lsp.documents import UTF8, UTF16, UTF32, DocumentStore
 from lsp.history import EditHistory, RecentlyViewed
-from lsp.nextedit import region_info, suggest
+from lsp.nextedit import Suggestion, region_info, suggest
 from lsp.settings import Settings, parse_settings, settings_from_change
 from lsp.telemetry import Telemetry
 
@@ -343,7 +343,7 @@ def _register_completion(ls: EditLanguageServer) -> None:
 
 
 # ---- next edit ----------------------------------------------------------------------------------
-async def suggest_edits(ls: EditLanguageServer, params: Any, where: str):
+async def suggest_edits(ls: EditLanguageServer, params: Any, where: str) -> Suggestion:
     """Validate params, then ask (shared by editserver/nextEdit and copilotInlineEdit)."""
     if not isinstance(params, dict) or not isinstance(params.get("textDocument"), dict):
         raise _invalid(f"{where}: params must be {{textDocument: {{uri}}, position}}")
@@ -362,13 +362,14 @@ async def suggest_edits(ls: EditLanguageServer, params: Any, where: str):
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise  # $/cancelRequest
-        return uuid.uuid4().hex, doc, doc.version, [], []
+        return Suggestion(uuid.uuid4().hex, doc, doc.version)
 
 
 def _register_next_edit(ls: EditLanguageServer) -> None:
     @ls.feature(NEXT_EDIT)
     async def next_edit(params: Any) -> dict:
-        sid, doc, version, kept, results = await suggest_edits(ls, params, NEXT_EDIT)
+        sug = await suggest_edits(ls, params, NEXT_EDIT)
+        sid, doc, version, kept, results = sug.id, sug.doc, sug.version, sug.kept, sug.results
         edits = [
             {
                 "textDocument": {"uri": doc.uri, "version": version},
@@ -387,7 +388,8 @@ def _register_next_edit(ls: EditLanguageServer) -> None:
 
     @ls.feature(COPILOT_INLINE_EDIT)
     async def copilot_inline_edit(params: Any) -> dict:
-        sid, doc, version, kept, _ = await suggest_edits(ls, params, COPILOT_INLINE_EDIT)
+        sug = await suggest_edits(ls, params, COPILOT_INLINE_EDIT)
+        sid, doc, version, kept = sug.id, sug.doc, sug.version, sug.kept
         out = []
         for r in kept:
             for e in r.edits:
