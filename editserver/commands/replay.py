@@ -125,6 +125,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--html", dest="html_out", default=None, metavar="FILE", help="report path (default OUT.html)"
     )
     out.add_argument(
+        "--markdown", dest="markdown_out", default=None, metavar="FILE", help="headline tables as Markdown"
+    )
+    out.add_argument(
         "--resume", action="store_true", help="continue from OUT.log.jsonl of an interrupted run"
     )
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -176,6 +179,7 @@ def to_config(args: argparse.Namespace):
         write_config=args.write_config,
         json_out=args.json_out,
         html_out=args.html_out,
+        markdown_out=args.markdown_out,
         resume=args.resume,
         progress=not args.no_progress,
         points=Options(

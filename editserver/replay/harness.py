@@ -51,6 +51,7 @@ class ReplayConfig:
     write_config: bool = False
     json_out: str | None = None
     html_out: str | None = None
+    markdown_out: str | None = None
     resume: bool = False
     progress: bool = True
     points: Options = field(default_factory=Options)
@@ -65,6 +66,7 @@ class ReplayConfig:
             "write_config",
             "json_out",
             "html_out",
+            "markdown_out",
             "resume",
             "progress",
             "batch_size",
@@ -238,7 +240,7 @@ def assemble(
 
 
 def write_outputs(cfg: ReplayConfig, result: dict) -> None:
-    from editserver.replay.report import render
+    from editserver.replay.report import markdown, render
 
     out = Path(cfg.json_out)
     html_path = Path(cfg.html_out) if cfg.html_out else out.with_suffix(".html")
@@ -249,3 +251,5 @@ def write_outputs(cfg: ReplayConfig, result: dict) -> None:
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
     tmp.replace(out)  # never leave a half-written JSON behind
+    if cfg.markdown_out:
+        Path(cfg.markdown_out).write_text(markdown(result), encoding="utf-8")

@@ -230,3 +230,51 @@ def render(result: dict) -> str:
         )
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _md_table(rows: dict[str, dict], cols: list, first: str) -> str:
+    out = [f"| {first} | " + " | ".join(c[0] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for name, s in rows.items():
+        out.append(f"| {name} | " + " | ".join(fmt(_get(s, key), how) for _, key, how in cols) + " |")
+    return "\n".join(out)
+
+
+def markdown(result: dict) -> str:
+    """The headline tables as Markdown (for a README); the HTML report has the rest."""
+    s = result["summary"]
+    thr = s.get("threshold")
+    parts = [
+        f"Threshold in force: {'server decides' if thr is None else f'{thr:.2f}'} on `{s.get('score_aggregate')}`"
+        f" · suggester `{result.get('suggester')}`"
+        + ("" if result.get("complete", True) else " · **interrupted: partial results**"),
+        "",
+        "**Next edit**",
+        "",
+        _md_table({"all": s, **result.get("by_language", {})}, EDIT_COLS, "scope"),
+        "",
+        _md_table(result.get("by_repository", {}), EDIT_COLS, "repository"),
+    ]
+    fim = result.get("fim") or {}
+    if fim.get("summary", {}).get("requests"):
+        rows = {"all": fim["summary"], **fim.get("by_position", {}), **fim.get("by_language", {})}
+        parts += ["", "**FIM (rest of an added line)**", "", _md_table(rows, FIM_COLS, "scope")]
+    tuning = result.get("tuning")
+    if tuning:
+        rows = {
+            name: {"auc": c["auc"], "best_threshold": c["best_threshold"], "best_utility": c["best_utility"]}
+            for name, c in tuning["aggregates"].items()
+        }
+        cols = [
+            ("ROC AUC", "auc", "dec"),
+            ("best threshold", "best_threshold", "dec"),
+            ("best utility", "best_utility", "num"),
+        ]
+        ch = tuning["chosen"]
+        parts += [
+            "",
+            f"**Tuning** on {tuning['summary_untuned']['requests']} requests from training repositories: "
+            f"chosen `{ch['score_aggregate']}` >= {ch['selectivity_threshold']:.2f} (utility {ch['utility']:+.3f})",
+            "",
+            _md_table(rows, cols, "aggregate"),
+        ]
+    return "\n".join(parts) + "\n"

@@ -326,7 +326,7 @@ def test_json_output_report_and_resume_after_interrupt(repos, tmp_path):
     log_rows = out.with_suffix(".log.jsonl").read_text().splitlines()
     assert len(log_rows) == 1 + 4  # header + every finished request
     again = Scripted("right")
-    done = run(config(repos, json_out=str(out), resume=True), again)
+    done = run(config(repos, json_out=str(out), resume=True, markdown_out=str(tmp_path / "r.md")), again)
     assert again.edit_calls == 6 and done["complete"] is True
     fresh = run(config(repos), Scripted("right"))
     assert done["summary"] == fresh["summary"] and done["fim"] == fresh["fim"]
@@ -344,6 +344,8 @@ def test_json_output_report_and_resume_after_interrupt(repos, tmp_path):
         assert key in doc["summary"]
     assert set(doc["summary"]["latency_ms"]) == {"p50", "p95"}
     assert len(doc["suggestions"]) == 10 and all("label" in x and "prompt" in x for x in doc["suggestions"])
+    md = (tmp_path / "r.md").read_text()
+    assert "| all | 10 | 7 | 70.0% | 100.0% |" in md and "| acme/web | 3 |" in md
     html = out.with_suffix(".html").read_text()
     assert html == doc["report_html"]
     assert "<svg" in html and "Per language" in html and "app.py" in html
