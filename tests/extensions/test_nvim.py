@@ -480,3 +480,15 @@ def test_toggle_off_and_on_and_restart(nvim_factory, tiny_server, tmp_path):
     n.wait("return require('editserver').status().state == 'ready'", 30, "'ready' after restart")
     n.input("Goprint(")
     shown_ghost(n)
+
+
+def test_commands_status_next_edit_log(nvim_factory, tiny_server, tmp_path):
+    n, _ = start(nvim_factory, tiny_server.url, tmp_path, next_edit={"auto": False})
+    open_file(n, tmp_path)
+    n.api.command("Editserver status")
+    assert "editserver: ready" in n.messages()
+    assert n.lua("return require('editserver').next_edit.last()") is None  # auto is off
+    n.api.command("Editserver next_edit")
+    n.wait("return require('editserver').next_edit.last() ~= nil", 60, "the manual request's answer")
+    n.api.command("Editserver log")
+    assert n.lua("return vim.api.nvim_buf_get_name(0)").endswith(".log")

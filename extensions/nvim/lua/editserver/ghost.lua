@@ -272,7 +272,7 @@ end
 
 --- The suggestion on screen in `bufnr` (nil if none): {id, text, ...}.
 function M.current(bufnr)
-  return shown[bufnr or api.nvim_get_current_buf()]
+  return shown[util.buf(bufnr)]
 end
 
 local function exec_command(client, command, bufnr)
@@ -285,7 +285,7 @@ end
 
 --- Accept the whole suggestion. Returns false when nothing is shown (the caller falls back).
 function M.accept(bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local b, item = buffers[bufnr], shown[bufnr]
   if not b or not item then
     return false
@@ -327,7 +327,7 @@ end
 
 ---@param kind "word"|"line"
 function M.accept_partial(kind, bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local b, item = buffers[bufnr], shown[bufnr]
   if not b or not item then
     return false
@@ -351,7 +351,7 @@ end
 
 --- Hide the suggestion (didReject). Returns false when nothing is shown.
 function M.dismiss(bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local b = buffers[bufnr]
   if not b or not shown[bufnr] then
     return false

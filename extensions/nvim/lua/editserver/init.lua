@@ -157,7 +157,7 @@ end
 
 --- Start (or reuse) the language server for `bufnr`.
 function M.attach(bufnr)
-  bufnr = bufnr == 0 and api.nvim_get_current_buf() or bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local opts = state.opts
   local exe, reason = config.executable(opts)
   if not exe then

@@ -144,7 +144,7 @@ end
 
 --- Proposed edits in `bufnr`, for statuslines and tests: list of {index, range = {srow, scol, erow, ecol}, old, new}.
 function M.current(bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local set = buffers[bufnr] and buffers[bufnr].set
   if not set then
     return nil
@@ -164,18 +164,18 @@ end
 
 --- The last nextEdit response for `bufnr`: {id, count} (count = edits the server proposed).
 function M.last(bufnr)
-  local b = buffers[bufnr or api.nvim_get_current_buf()]
+  local b = buffers[util.buf(bufnr)]
   return b and b.last
 end
 
 function M.visible(bufnr)
-  local b = buffers[bufnr or api.nvim_get_current_buf()]
+  local b = buffers[util.buf(bufnr)]
   return b ~= nil and b.set ~= nil
 end
 
 --- Show a nextEdit response (exposed for the renderer's own tests as `M.show`).
 local function show(bufnr, client, result)
-  bufnr = bufnr == 0 and api.nvim_get_current_buf() or bufnr
+  bufnr = util.buf(bufnr)
   clear(bufnr)
   if buffers[bufnr] then
     buffers[bufnr].last = { id = type(result) == 'table' and result.id or nil, count = type(result) == 'table' and type(result.edits) == 'table' and #result.edits or 0 }
@@ -206,7 +206,7 @@ M.show = show
 
 --- Ask the server for next edits at the cursor.
 function M.request(bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local b = buffers[bufnr]
   local client = util.client(bufnr)
   if not b or not client then
@@ -232,7 +232,7 @@ end
 
 --- Reject and hide what is shown.
 function M.dismiss(bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local set = buffers[bufnr] and buffers[bufnr].set
   if not set then
     return false
@@ -303,7 +303,7 @@ end
 
 --- Jump to the next proposed edit; on one, apply it. Returns false when nothing is shown.
 function M.jump(bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local set = buffers[bufnr] and buffers[bufnr].set
   if not set then
     return false
@@ -321,7 +321,7 @@ end
 
 --- Apply the edit on the cursor's line, or the next one, without jumping first.
 function M.accept(bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local set = buffers[bufnr] and buffers[bufnr].set
   if not set then
     return false
@@ -333,7 +333,7 @@ end
 --- Accept the next word/line of the edit on the cursor's line (jumps there first if none is).
 ---@param kind "word"|"line"
 function M.accept_partial(kind, bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local set = buffers[bufnr] and buffers[bufnr].set
   if not set then
     return false

@@ -26,6 +26,11 @@ function M.notify(client, method, params)
   return client.notify(method, params)
 end
 
+--- `bufnr`, with nil and 0 meaning the current buffer.
+function M.buf(bufnr)
+  return (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+end
+
 ---@return vim.lsp.Client?
 function M.client(bufnr)
   return vim.lsp.get_clients({ name = M.name, bufnr = bufnr })[1]
