@@ -94,6 +94,19 @@ def tiny_server(tiny_checkpoint, tmp_path_factory) -> Any:
         stop(proc)
 
 
+@pytest.fixture(scope="session")
+def shipped_server(shipped_checkpoint, tmp_path_factory):
+    """URL of a real ``editserver serve`` running the shipped checkpoint (slow tests only)."""
+    port = free_port()
+    proc = start_http(shipped_checkpoint, port, tmp_path_factory.mktemp("serve") / "serve.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, timeout=600)
+        yield url
+    finally:
+        stop(proc)
+
+
 class Session:
     """A started LSP with the notifications a test may look at."""
 

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tests.lsp.conftest import free_port, lsp_session, start_http, stop, wait_healthy
+from tests.lsp.conftest import lsp_session
 
 pytestmark = pytest.mark.slow
 
@@ -47,18 +47,6 @@ CASES = {
         "orderPrice",
     ),
 }
-
-
-@pytest.fixture(scope="module")
-def shipped_server(shipped_checkpoint, tmp_path_factory):
-    port = free_port()
-    proc = start_http(shipped_checkpoint, port, tmp_path_factory.mktemp("serve") / "serve.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, timeout=600)
-        yield url
-    finally:
-        stop(proc)
 
 
 def apply_edits(text: str, edits: list[dict]) -> str:
