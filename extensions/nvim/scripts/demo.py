@@ -3,8 +3,8 @@
 Neovim runs in a tmux pane (a real terminal UI) with this plugin, talking through `editserver lsp`
 to the `editserver serve` at --url; pynvim drives it over its --listen socket (exact keys, polled
 waits) and `tmux capture-pane -p` takes the text of the screen:
-  1. type in insert mode until ghost text is on screen;
-  2. rename a parameter in normal mode until next edits are on screen.
+  1. rename a parameter in normal mode until next edits are on screen;
+  2. dismiss, undo, and type in insert mode until ghost text is on screen.
 
     python extensions/nvim/scripts/demo.py --url http://127.0.0.1:8000 [--nvim PATH]
 
@@ -79,19 +79,20 @@ require('editserver').setup({{ server_url = {args.url!r}, autostart = false, tel
                 ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=True
             ).stdout
 
-        nvim.input("Goresult = area(")
-        ghost = "local g = require('editserver').ghost.current() return g ~= nil and g.text:match('%S') ~= nil"
-        wait(lambda: nvim.exec_lua(ghost), args.timeout, "ghost text")
-        print("--- ghost text ---")
-        print(screen(), end="")
-
-        nvim.input("<C-]><Esc>")
-        nvim.command("silent undo | call cursor(1, 10)")
+        nvim.command("call cursor(1, 10)")
         nvim.input("ciwsize<Esc>")
         answer = "return require('editserver').next_edit.last() ~= nil"
         wait(lambda: nvim.exec_lua(answer), args.timeout, "the next-edit answer")
         shown = nvim.exec_lua("return require('editserver').next_edit.current()")
         print("--- next edits ---" if shown else "--- next edits: the model proposed none ---")
+        print(screen(), end="")
+
+        nvim.input("<Esc>")  # dismiss
+        nvim.command("silent undo")
+        nvim.input("Goresult = area(")
+        ghost = "local g = require('editserver').ghost.current() return g ~= nil and g.text:match('%S') ~= nil"
+        wait(lambda: nvim.exec_lua(ghost), args.timeout, "ghost text")
+        print("--- ghost text ---")
         print(screen(), end="")
         try:
             nvim.command("qall!")
