@@ -168,10 +168,12 @@ def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
     log = RowLog(log_path, cfg.identity(), cfg.resume)
     complete = True
     tuning = None
+    tune_rows: list[dict] = []
     try:
         if tune_edits:
             tres = run_phase("tune", tune_edits, [], s, log, cfg.batch_size, cfg.progress)
             complete = tres.complete
+            tune_rows = tres.edits
             if complete:
                 tuning = tune(tres.edits, s)
                 if cfg.write_config:
@@ -196,6 +198,7 @@ def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
         if isinstance(s, HttpSuggester) and cfg.aggregate is None:
             thr = None  # the server's own above_threshold decides
     result = assemble(cfg, s, res.edits, res.fims, thr, agg, tuning, stats, complete)
+    result["tune_suggestions"] = tune_rows  # labelled too: more KTO data, never in the reported figures
     if cfg.json_out:
         write_outputs(cfg, result)
     return result

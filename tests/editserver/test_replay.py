@@ -310,6 +310,7 @@ def test_tuning_chooses_aggregate_and_threshold_on_training_repos_and_writes_con
     # validated on the other repository with the tuned threshold: the 2 wrong finals are suppressed
     s = r["summary"]
     assert (s["requests"], s["shown"], s["accepted"], s["threshold"]) == (7, 5, 5, 0.55)
+    assert len(r["tune_suggestions"]) == 3 and {x["phase"] for x in r["tune_suggestions"]} == {"tune"}
     saved = json.loads((ck / "config.json").read_text())["inference"]
     assert saved["selectivity_threshold"] == 0.55 and saved["score_aggregate"] == "min"
     from model.checkpoint import load_checkpoint
