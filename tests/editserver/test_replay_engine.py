@@ -131,9 +131,13 @@ def test_shipped_checkpoint_on_held_out_records(tmp_path, shipped_checkpoint):
         "--model",
         str(shipped_checkpoint),
         "--max-points",
-        "12",
-        "--max-fim",
         "8",
+        "--max-fim",
+        "4",
+        "--region-lines",
+        "12",
+        "--effort",
+        "instant",
         "--json",
         str(out),
         "--no-progress",
@@ -141,5 +145,6 @@ def test_shipped_checkpoint_on_held_out_records(tmp_path, shipped_checkpoint):
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
-    check_result(doc, 12)
+    check_result(doc, 8)
+    assert doc["model_meta"] is not None and doc["summary"]["threshold"] is not None
     assert doc["by_repository"].keys() == {"jd/tenacity"}
