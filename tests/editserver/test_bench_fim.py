@@ -36,8 +36,25 @@ def test_bench_command_end_to_end(tiny_checkpoint, tmp_path) -> None:
     with gzip.open(suite, "wt") as fh:
         fh.write(json.dumps(TASK) + "\n")
     out = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, "-m", "editserver.cli", "bench", "fim", "--suite", str(suite), "--model",
-                        str(tiny_checkpoint), "--json", str(out), "--max-tokens", "8"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "editserver.cli",
+            "bench",
+            "fim",
+            "--suite",
+            str(suite),
+            "--model",
+            str(tiny_checkpoint),
+            "--json",
+            str(out),
+            "--max-tokens",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(out.read_text())
     for block in (d, d["sequential"]):

@@ -104,13 +104,21 @@ def test_score_counts_the_decision_to_stop() -> None:
 
     from model.sampler import SampleResult
 
-    res = SampleResult(tokens=torch.tensor([[0, 0, 0]]), confidences=torch.tensor([[0.3, 1.0, 1.0]]),
-                       lengths=torch.tensor([0]), steps=1, model_calls=2, finished=torch.tensor([True]))
+    res = SampleResult(
+        tokens=torch.tensor([[0, 0, 0]]),
+        confidences=torch.tensor([[0.3, 1.0, 1.0]]),
+        lengths=torch.tensor([0]),
+        steps=1,
+        model_calls=2,
+        finished=torch.tensor([True]),
+    )
     assert Engine._scored(res, 0, 0, []) == [pytest.approx(0.3)]  # an empty answer is not a sure one
     res.finished[0] = False
     assert Engine._scored(res, 0, 3, [0.5, 0.5, 0.5]) == [0.5, 0.5, 0.5]
 
 
 def test_tiny_top_p_keeps_the_top_token(engine: Engine) -> None:
-    t = engine.complete(FimRequest("x = ", "", max_tokens=4, options=SamplingOptions(temperature=1.0, top_p=1e-46)))
+    t = engine.complete(
+        FimRequest("x = ", "", max_tokens=4, options=SamplingOptions(temperature=1.0, top_p=1e-46))
+    )
     assert "<|mask|>" not in t.text
