@@ -31,6 +31,8 @@ from urllib.parse import urlparse
 
 import httpx
 
+from model.prompt import parse_edit_response
+
 log = logging.getLogger(__name__)
 
 STARTING, READY, UNREACHABLE, DISABLED = "starting", "ready", "unreachable", "disabled"
@@ -46,20 +48,6 @@ class EditAnswer:
     score: float
     above_threshold: bool
     raw: dict
-
-
-def strip_fence(content: str) -> str | None:
-    """The region inside the assistant's code fence (```` ```\\nREGION\\n``` ````)."""
-    start = content.find("```")
-    if start < 0:
-        return None
-    nl = content.find("\n", start)
-    if nl < 0:
-        return None
-    end = content.rfind("```")
-    if end <= nl:
-        return content[nl + 1 :]
-    return content[nl + 1 : end]
 
 
 def _find_score(body: dict) -> tuple[float, bool]:
@@ -269,7 +257,7 @@ class ModelClient:
             log.warning("edit reply without choices[0].message.content: %s", str(res)[:300])
             return None
         score, above = _find_score(res)
-        return EditAnswer(strip_fence(content or ""), score, above, res)
+        return EditAnswer(parse_edit_response(content or ""), score, above, res)
 
     async def close(self) -> None:
         if self._recovery is not None:

@@ -35,7 +35,6 @@ from model.tokenizer import Tokenizer
 
 HELD_OUT_REPOS = ("pallets+click", "jd+tenacity", "more-itertools+more-itertools", "spf13+cobra")
 HELD_OUT_PACKAGES = ("click", "tenacity", "more_itertools", "cobra")
-LANG_EXTS = {".py": "python", ".js": "javascript", ".ts": "typescript", ".go": "go", ".rs": "rust"}
 MAX_FILE_BYTES = 200_000
 
 

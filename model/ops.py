@@ -155,11 +155,6 @@ def attention(
 
 
 # ---- token choice ------------------------------------------------------------------------------
-def fused_sampling(logits: torch.Tensor) -> bool:
-    """Whether tempered sampling (without top-p) runs in the one-pass Triton kernel for these logits."""
-    return use_triton(logits)
-
-
 def token_confidence(
     logits: torch.Tensor,
     penalty: torch.Tensor | None = None,

@@ -151,3 +151,16 @@ def unified_diff(path: str, before: str, after: str, context: int = 3) -> str:
 def format_edit_response(region: str) -> str:
     """The assistant message content Inception clients expect: the region inside a code fence."""
     return "```\n" + region + ("" if region.endswith("\n") or not region else "\n") + "```"
+
+
+def parse_edit_response(content: str) -> str | None:
+    """The region inside an edit answer's code fence (the inverse of ``format_edit_response``);
+    None when the content holds no fence."""
+    start = content.find("```")
+    if start < 0:
+        return None
+    nl = content.find("\n", start)
+    if nl < 0:
+        return None
+    end = content.rfind("```")
+    return content[nl + 1 :] if end <= nl else content[nl + 1 : end]

@@ -121,8 +121,8 @@ def choose_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token and its probability per position: greedy (argmax, softmax max) or tempered top-p sampling."""
     B, n, V = logits.shape
-    if temperature <= 0 or (top_p >= 1.0 and ops.fused_sampling(logits)):
-        # argmax (or, on the Triton path, Gumbel-max sampling) in one pass over V, penalty applied on read
+    if temperature <= 0 or top_p >= 1.0:
+        # argmax or tempered sampling without a top-p cut: one pass over V, penalty applied on read
         tok, conf, _ = ops.token_confidence(logits, penalty, temperature, generator)
         return tok, conf
     logits = logits.float()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from editserver.replay.points import EditPoint, FimPoint
+from model.prompt import parse_edit_response
 
 
 @dataclass
@@ -119,16 +120,12 @@ class EngineSuggester:
 
 
 def strip_fence(content: str | None) -> str | None:
-    """The region inside the ```` ``` ```` fence of an ``/v1/edit/completions`` answer."""
+    """The region inside the ```` ``` ```` fence of an ``/v1/edit/completions`` answer (unfenced
+    content is taken as the region itself)."""
     if content is None:
         return None
-    text = content
-    if text.startswith("```"):
-        nl = text.find("\n")
-        text = text[nl + 1 :] if nl >= 0 else ""
-    if text.endswith("```"):
-        text = text[:-3]
-    return text
+    region = parse_edit_response(content)
+    return content if region is None else region
 
 
 class HttpSuggester:

@@ -64,3 +64,11 @@ def test_malformed_prompts_name_the_problem(text: str, needle: str) -> None:
     with pytest.raises(PromptError, match=None) as e:
         parse_prompt(text)
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("region", ["def f():\n    return 1\n", "", "x = 1\n\n"])
+def test_edit_response_round_trip(region: str) -> None:
+    from model.prompt import format_edit_response, parse_edit_response
+
+    assert parse_edit_response(format_edit_response(region)) == region
+    assert parse_edit_response("no fence here") is None
