@@ -11,8 +11,11 @@ Design decisions:
   ``ContextTooLongError``.
 - ``effort`` (instant|low|medium|high) picks the unmasking threshold and block size from the
   checkpoint's ``InferenceConfig``; a request may override the threshold directly.
-- Stop sequences cut the decoded text (the diffusion canvas is produced in parallel, so stops are
-  applied after decoding, as OpenAI-style servers do for non-streamed text).
+- Stop sequences cut the decoded text, and they also end decoding early: once the committed start of
+  a row's answer (every position up to the first undecided one) holds a stop sequence, nothing after
+  it can change the returned text, so the row ends there (the sampler's ``done`` hook). The text is
+  the same as decoding the whole canvas and cutting afterwards; the steps are fewer (the LSP's
+  mid-line completions stop at the first newline).
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
   masked); ``complete`` is the batch of one.
 - Edit completions carry a score (aggregate of the per-token confidences, model/scoring.py) and
@@ -200,6 +203,7 @@ class Engine:
             record=o.record_canvases,
             on_step=on_step,
             should_stop=(o.cancel.is_set if o.cancel is not None else None),
+            done=self._stop_hook([r.options.stop for r in reqs]),
         )
         latency = time.perf_counter() - t0
         out = []
@@ -234,6 +238,28 @@ class Engine:
                 c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold
             out.append(c)
         return out
+
+    def _stop_hook(self, stops: list[list[str]]):
+        """``done`` for the sampler: rows whose committed answer start already holds a stop string."""
+        stops = [[x for x in row if x] for row in stops]
+        if not any(stops):
+            return None
+        eot = self.tok.eot_id
+
+        def done(canvas: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:  # [B, N] x2 -> [B]
+            B, N = canvas.shape
+            open_ = ~fixed  # [B, N]
+            first_open = torch.where(open_.any(dim=1), open_.int().argmax(dim=1), N)  # [B]
+            out = torch.zeros(B, dtype=torch.bool, device=canvas.device)
+            for b, row in enumerate(stops):
+                toks = canvas[b, : int(first_open[b])].tolist()
+                if eot in toks:
+                    continue  # the answer has ended anyway
+                text = self.tok.decode(toks)
+                out[b] = any(x in text for x in row)
+            return out
+
+        return done
 
     @staticmethod
     def _scored(res, i: int, n: int, confs: list[float]) -> list[float]:

@@ -15,6 +15,10 @@ Alg. 2 with low-confidence remasking). Design decisions:
 - End-of-text: once a row commits ``<|endoftext|>`` at position j, positions after j are set to
   end-of-text (training pads every answer with end-of-text to the canvas end, so nothing else can
   follow), and the row is finished: decoding stops early when every row is finished.
+- Stop hook (``done``): a caller may end a row early, e.g. once the committed start of its answer
+  holds a stop sequence (model/api.py). Such a row's undecided positions become end-of-text, exactly
+  as after a committed end-of-text, so one rule ends a row whichever way it finished. The sampler
+  knows nothing of text; the hook sees only tokens.
 - Committed tokens are never re-masked or changed; the mask token and layout tags are never proposed.
 - Pure with respect to randomness: sampling (temperature > 0) draws only from the explicit
   ``torch.Generator``; greedy decoding draws nothing.
@@ -160,7 +164,13 @@ def denoise(
     record: bool = False,
     on_step: Callable[[torch.Tensor], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    done: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> SampleResult:
+    """Decode ``canvas_len`` tokens after each row's context.
+
+    ``done(canvas [B, N], fixed [B, N]) -> [B] bool`` is asked after every step; rows it marks end
+    there (their undecided positions become end-of-text).
+    """
     cache = cache or ContextCache()
     B, N, dev = context.shape[0], canvas_len, context.device
     V = model.cfg.vocab_size
@@ -195,6 +205,12 @@ def denoise(
             canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])
             conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])
             fixed[:, blk] |= commit
+            if done is not None:
+                ended = done(canvas, fixed) & ~fixed.all(dim=1)  # [B]
+                if bool(ended.any()):
+                    fill = ended[:, None] & ~fixed  # [B, N]
+                    canvas[fill], conf_out[fill] = eot_id, 1.0
+                    fixed |= ended[:, None]
             # end-of-text: everything after a committed end-of-text is end-of-text too
             is_eot = fixed & (canvas == eot_id)  # [B, N]
             first = torch.where(is_eot, pos, N).min(dim=1).values  # [B]

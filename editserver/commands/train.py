@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fine-tune on this git repository's history (starts from --init or the default model)",
     )
     p.add_argument("--init", type=Path, default=None, help="checkpoint to start from")
-    p.add_argument("--preset", default="small", help="model size preset (tiny, small, base)")
+    p.add_argument("--preset", default="mini", help="model size preset (tiny, mini, small, base)")
     p.add_argument("--steps", type=int, default=None, help="total steps (default 100000; 300 with --repo)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument(
@@ -48,7 +48,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--lr", type=float, default=None, help="peak learning rate (default 1.5e-3; 3e-4 with --repo)"
     )
     p.add_argument("--rows", type=int, default=200_000, help="training rows to build")
-    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--seq-len", type=int, default=256, help="row length in tokens (context + canvas)")
+    p.add_argument(
+        "--mix",
+        default="0.3,0.5,0.2",
+        help="shares of plain, FIM and next-edit rows when building the corpus",
+    )
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="reuse this tokenizer.json instead of training one (default: --init's, else train)",
+    )
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 200)")
+    p.add_argument(
+        "--precision",
+        default="auto",
+        choices=("auto", "bf16", "fp32"),
+        help="auto: bf16 autocast only on CUDA or CPUs with native bf16 (AVX-512 BF16/AMX)",
+    )
     p.add_argument("--vocab-size", type=int, default=8192)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0)
@@ -103,14 +121,20 @@ def run(args: argparse.Namespace) -> int:
                 extra_records=records,
             )
     elif not (data / "train" / "info.json").exists():
+        mix = tuple(float(x) for x in args.mix.split(","))
+        if len(mix) != 3 or abs(sum(mix) - 1.0) > 1e-6 or min(mix) < 0:
+            print(f"--mix needs three non-negative shares summing to 1, got {args.mix!r}")
+            return 2
         print(f"building corpus in {data} ...", flush=True)
+        tokenizer = args.tokenizer or (Path(init) / "tokenizer.json" if init else None)
         prepare(
             data,
             args.edits,
             n_train=args.rows,
             seq_len=args.seq_len,
             vocab_size=args.vocab_size,
-            tokenizer_path=Path(init) / "tokenizer.json" if init else None,
+            tokenizer_path=tokenizer,
+            mix=mix,  # type: ignore[arg-type]
         )
     cfg = TrainConfig(
         run_dir=args.run,
@@ -124,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
         eval_every=args.eval_every,
         init_from=init,
         decay_start=args.decay_start,
+        warmup_steps=args.warmup,
+        precision=args.precision,
     )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")

@@ -122,3 +122,15 @@ def test_tiny_top_p_keeps_the_top_token(engine: Engine) -> None:
         FimRequest("x = ", "", max_tokens=4, options=SamplingOptions(temperature=1.0, top_p=1e-46))
     )
     assert "<|mask|>" not in t.text
+
+
+def test_stop_ends_decoding_early_with_the_same_text(engine: Engine) -> None:
+    seq = SamplingOptions(sequential=True)
+    full = engine.complete(FimRequest("def f():\n", "", max_tokens=48, options=seq))
+    assert len(full.text) > 3, "the tiny random model writes text here"
+    stop = full.text[1:3]
+    early = engine.complete(
+        FimRequest("def f():\n", "", max_tokens=48, options=SamplingOptions(sequential=True, stop=[stop]))
+    )
+    assert early.text == full.text[: full.text.find(stop)] and early.finish_reason == "stop"
+    assert early.steps < full.steps

@@ -103,3 +103,17 @@ def test_cancel_stops_decoding(model: Transformer) -> None:
     calls = []
     res = _run(model, rule=TopKRule(1), should_stop=lambda: len(calls) > 2, on_step=lambda c: calls.append(1))
     assert res.cancelled and res.steps == 3
+
+
+def test_done_hook_ends_a_row_early(model: Transformer) -> None:
+    # end row 0 as soon as its first position is decided; row 1 decodes in full
+    res = _run(
+        model, rule=TopKRule(1), record=True, done=lambda canvas, fixed: fixed[:, 0] & (torch.arange(2) == 0)
+    )
+    first = next(i for i, c in enumerate(res.canvases) if c[0, 0] != MASK)
+    ended = res.canvases[first][0]
+    assert (ended != MASK).all(), "an ended row keeps no undecided position"
+    n0 = int(res.lengths[0])
+    assert (res.tokens[0, n0:] == EOT).all() and (res.tokens[0, :n0] != EOT).all()
+    assert bool(res.finished[0]) or n0 == res.tokens.shape[1]
+    assert (res.tokens[1] != MASK).all() and res.steps > first + 1
