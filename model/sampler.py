@@ -15,6 +15,12 @@ Alg. 2 with low-confidence remasking). Design decisions:
 - End-of-text: once a row commits ``<|endoftext|>`` at position j, positions after j are set to
   end-of-text (training pads every answer with end-of-text to the canvas end, so nothing else can
   follow), and the row is finished: decoding stops early when every row is finished.
+- Implied end-of-text is not a decision: training pads every answer with end-of-text to the canvas
+  end, so a predicted end-of-text right after another undecided predicted end-of-text follows from
+  it. Such positions enter the unmasking rule with confidence 0 (``informative``); the rule then
+  spends a step on the run's first end-of-text (which fills the tail) or on a real token, never on
+  the canvas's last position, the most confident and least informative end-of-text. This only
+  reorders commits; committed tokens are still each position's own prediction.
 - Stop hook (``done``): a caller may end a row early, e.g. once the committed start of its answer
   holds a stop sequence (model/api.py). Such a row's undecided positions become end-of-text, exactly
   as after a committed end-of-text, so one rule ends a row whichever way it finished. The sampler
@@ -65,6 +71,14 @@ class TopKRule:
 
     def select(self, conf: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         return _top_k_mask(conf, active, self.k)
+
+
+def informative(tok: torch.Tensor, conf: torch.Tensor, active: torch.Tensor, eot_id: int) -> torch.Tensor:
+    """conf [B, n] with implied end-of-text predictions (an undecided predicted end-of-text just
+    before them) set to 0; tok, active [B, n]."""
+    prev_open_eot = torch.zeros_like(active)
+    prev_open_eot[:, 1:] = (tok[:, :-1] == eot_id) & active[:, :-1]
+    return conf.masked_fill((tok == eot_id) & prev_open_eot, 0.0)
 
 
 # ---- cache policies ----------------------------------------------------------------------------
@@ -201,7 +215,7 @@ def denoise(
             logits = cache.logits(model, state, canvas, blk)  # [B, n, V]
             steps += 1
             tok, conf = choose_tokens(logits, temperature, top_p, generator, penalty)
-            commit = rule.select(conf, active)  # [B, n]
+            commit = rule.select(informative(tok, conf, active, eot_id), active)  # [B, n]
             canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])
             conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])
             fixed[:, blk] |= commit

@@ -117,3 +117,16 @@ def test_done_hook_ends_a_row_early(model: Transformer) -> None:
     assert (res.tokens[0, n0:] == EOT).all() and (res.tokens[0, :n0] != EOT).all()
     assert bool(res.finished[0]) or n0 == res.tokens.shape[1]
     assert (res.tokens[1] != MASK).all() and res.steps > first + 1
+
+
+def test_implied_end_of_text_is_not_a_decision() -> None:
+    from model.sampler import informative
+
+    tok = torch.tensor([[EOT, EOT, EOT, EOT], [EOT, 7, EOT, EOT]])
+    conf = torch.tensor([[0.25, 0.5, 0.75, 1.0], [0.25, 0.5, 0.75, 1.0]])
+    active = torch.tensor([[True, True, True, True], [True, True, False, True]])
+    got = informative(tok, conf, active, EOT)
+    # only the first end-of-text of each undecided run keeps its confidence
+    assert got.tolist() == [[0.25, 0.0, 0.0, 0.0], [0.25, 0.5, 0.75, 1.0]]
+    # the baseline then commits the run's start (filling the tail), not the canvas's last position
+    assert TopKRule(1).select(got, active)[0].tolist() == [True, False, False, False]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 import torch
 
 from model.checkpoint import load_checkpoint, save_checkpoint
@@ -141,3 +142,39 @@ def test_fine_tune_on_a_git_repository(tiny_checkpoint, tmp_path) -> None:
     assert ck.meta["step"] == 2
     log = (run / "train.log.jsonl").read_text()
     assert str(tiny_checkpoint) in log
+
+
+def test_precision_auto_follows_the_hardware(monkeypatch) -> None:
+    """bf16 autocast only where bf16 is computed natively; explicit choices are honoured."""
+    import model.train as mt
+
+    monkeypatch.setattr(mt, "bf16_supported", lambda device: False)
+    assert not mt.autocast("cpu", "auto")._enabled
+    assert mt.autocast("cpu", "bf16")._enabled and not mt.autocast("cpu", "fp32")._enabled
+    monkeypatch.setattr(mt, "bf16_supported", lambda device: True)
+    assert mt.autocast("cpu", "auto")._enabled
+    with pytest.raises(ValueError, match="precision"):
+        mt.autocast("cpu", "fp8")
+    assert mt.bf16_supported("cuda")
+
+
+def test_train_cli_rejects_a_bad_mix(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "editserver.cli",
+            "train",
+            "--run",
+            str(tmp_path / "r"),
+            "--mix",
+            "0.5,0.6,0.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 2 and "--mix needs three" in r.stdout
