@@ -5,7 +5,8 @@ Design decisions:
   and ``EditRequest`` (an Inception next-edit prompt). The server, the replay harness and the
   benchmarks all call this one function, so they measure what users get.
 - FIM layout: ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then a canvas of ``max_tokens``
-  masks; edit layout: the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack.
+  masks; with the checkpoint's ``fim_window_tokens`` set, only the prefix and suffix tokens nearest
+  the cursor that fit the window the model was trained on are kept (cut exactly as training rows); edit layout: the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack.
   Both are exactly the training layouts (model/data.py).
 - The context window is enforced, never truncated: prompt plus canvas beyond 32,768 tokens raises
   ``ContextTooLongError``.
@@ -34,7 +35,7 @@ from pathlib import Path
 import torch
 
 from model.checkpoint import Checkpoint, load_checkpoint
-from model.prompt import EditPrompt, parse_prompt
+from model.prompt import EditPrompt, fim_window, parse_prompt
 from model.sampler import ThresholdRule, TopKRule, UnmaskRule, denoise
 from model.scoring import aggregate
 from model.transformer import ContextTooLongError
@@ -112,15 +113,21 @@ class Engine:
         return 1024
 
     # ---- layout --------------------------------------------------------------------------------
-    def _fim_context(self, req: FimRequest) -> list[int]:
+    def _fim_context(self, req: FimRequest, canvas: int) -> list[int]:
         t = self.tok
-        return [
-            t.fim_prefix_id,
-            *t.encode(req.prefix),
-            t.fim_suffix_id,
-            *t.encode(req.suffix),
-            t.fim_middle_id,
-        ]
+        pre, suf = t.encode(req.prefix), t.encode(req.suffix)
+        if len(pre) + len(suf) + 3 + canvas > self.context_length:
+            # the model's window is a hard limit, whatever the window kept for quality
+            raise ContextTooLongError(
+                f"prompt of {len(pre) + len(suf) + 3} tokens plus {canvas} output tokens exceeds the "
+                f"context window of {self.context_length} tokens"
+            )
+        window = self.inference.fim_window_tokens
+        if window is not None:
+            # the same cut as training rows (model/data.py), never below half the window
+            n_pre, n_suf = fim_window(len(pre), len(suf), max(window // 2, window - canvas - 3))
+            pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
+        return [t.fim_prefix_id, *pre, t.fim_suffix_id, *suf, t.fim_middle_id]
 
     def _edit_context(self, req: EditRequest) -> tuple[list[int], EditPrompt, int]:
         parsed = parse_prompt(req.prompt)  # raises PromptError on malformed prompts
@@ -157,11 +164,11 @@ class Engine:
         contexts, canvas_lens = [], []
         for i, r in enumerate(reqs):
             if isinstance(r, FimRequest):
-                contexts.append(self._fim_context(r))
                 n = r.max_tokens if r.max_tokens is not None else self.inference.fim_max_tokens
                 if n < 1:
                     raise ValueError("max_tokens must be at least 1")
                 canvas_lens.append(min(n, self.max_output_tokens))
+                contexts.append(self._fim_context(r, canvas_lens[-1]))
             else:
                 ctx, parsed[i], n = self._edit_context(r)
                 contexts.append(ctx)

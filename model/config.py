@@ -82,6 +82,9 @@ class InferenceConfig:
     )
     default_effort: str = "medium"
     fim_max_tokens: int = 64  # canvas length when a request names no max_tokens
+    # FIM context + canvas kept within this many tokens (the nearest prefix and suffix tokens, cut as
+    # in training): a model trained on short rows has never seen longer distances. None keeps all.
+    fim_window_tokens: int | None = None
     edit_slack_tokens: int = 32  # extra canvas beyond the region's own length for a rewrite
     score_aggregate: str = "mean"  # how per-token confidences become one suggestion score
     selectivity_threshold: float = 0.0  # edits scoring below this are suppressed (tuned by replay)

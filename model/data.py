@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model.prompt import EditPrompt, build_prompt, unified_diff
+from model.prompt import EditPrompt, build_prompt, fim_window, unified_diff
 from model.tokenizer import Tokenizer
 
 HELD_OUT_REPOS = ("pallets+click", "jd+tenacity", "more-itertools+more-itertools", "spf13+cobra")
@@ -130,8 +130,7 @@ class RowBuilder:
         if budget < self.L // 4:
             return None
         pre_ids, suf_ids = self.tok.encode(pre[-budget * 8 :]), self.tok.encode(suf[: budget * 8])
-        n_suf = min(len(suf_ids), max(budget // 4, budget - len(pre_ids)))
-        n_pre = min(len(pre_ids), budget - n_suf)
+        n_pre, n_suf = fim_window(len(pre_ids), len(suf_ids), budget)
         pre_ids = pre_ids[len(pre_ids) - n_pre :]
         t = self.tok
         ctx = [t.fim_prefix_id, *pre_ids, t.fim_suffix_id, *suf_ids[:n_suf], t.fim_middle_id]

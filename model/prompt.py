@@ -25,6 +25,15 @@ SNIPPET_PATH = "code_snippet_file_path: "
 CURRENT_PATH = "current_file_path: "
 
 
+def fim_window(n_prefix: int, n_suffix: int, budget: int) -> tuple[int, int]:
+    """FIM context within ``budget`` tokens: how many prefix tokens (those nearest the cursor) and
+    suffix tokens (likewise) to keep. The suffix gets what the prefix leaves, and at least a quarter.
+    Training (model/data.py) and inference (model/api.py) both cut with this, so they agree."""
+    n_suf = min(n_suffix, max(budget // 4, budget - n_prefix))
+    n_pre = min(n_prefix, budget - n_suf)
+    return max(0, n_pre), max(0, n_suf)
+
+
 class PromptError(ValueError):
     """A next-edit prompt that cannot be served; the message names the problem."""
 

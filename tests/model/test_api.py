@@ -134,3 +134,23 @@ def test_stop_ends_decoding_early_with_the_same_text(engine: Engine) -> None:
     )
     assert early.text == full.text[: full.text.find(stop)] and early.finish_reason == "stop"
     assert early.steps < full.steps
+
+
+def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
+    from model.prompt import fim_window
+
+    assert fim_window(500, 500, 100) == (75, 25)  # long prefix: the suffix keeps a quarter
+    assert fim_window(50, 500, 100) == (50, 50)  # short prefix: the suffix takes the rest
+    assert fim_window(10, 5, 100) == (10, 5)
+    eng = Engine.load(tiny_checkpoint)
+    eng.inference.fim_window_tokens = 40
+    prefix, suffix = "".join(f"x{i} = {i}\n" for i in range(200)), "y = 1\n" * 50
+    ctx = eng._fim_context(FimRequest(prefix, suffix), canvas=8)
+    t = eng.tok
+    assert len(ctx) <= 40 - 8 and ctx[0] == t.fim_prefix_id and ctx[-1] == t.fim_middle_id
+    pre = ctx[1 : ctx.index(t.fim_suffix_id)]
+    assert t.decode(pre) and prefix.endswith(t.decode(pre)), "the prefix tokens nearest the cursor stay"
+    # the 32k window stays a hard error however much the FIM window would keep
+    eng.context_length = 100
+    with pytest.raises(ContextTooLongError, match="context window"):
+        eng.complete(FimRequest(prefix, suffix, max_tokens=8))
