@@ -177,7 +177,8 @@ def train(cfg: TrainConfig) -> Path:
     data = RowStore(Path(cfg.data_dir) / "train")
     val = RowStore(Path(cfg.data_dir) / "val") if (Path(cfg.data_dir) / "val").is_dir() else None
     tok = Tokenizer.load(Path(cfg.data_dir) / "tokenizer.json")
-    inference = InferenceConfig()
+    # a model trained on rows of L tokens sees FIM context cut to L at inference too (model/api.py)
+    inference = InferenceConfig(fim_window_tokens=data.L)
     if cfg.init_from is not None:
         ck = load_checkpoint(cfg.init_from)
         model, inference = ck.model.train(), ck.inference

@@ -25,6 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from editserver.replay.metrics import percentile
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fim", help="HumanEval infilling: pass@1, exact match, latency, tokens/step")
@@ -42,6 +44,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--keep-lines", action="store_true", help="do not cut single-line infills at the first line"
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-token-per-step baseline")
+    p.add_argument(
+        "--fim-window",
+        type=int,
+        default=None,
+        help="override the checkpoint's FIM window in tokens (0 keeps the whole prefix and suffix)",
+    )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per test execution")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -89,15 +97,6 @@ def passes(task: dict, completion: str, timeout: float) -> bool:
         except subprocess.TimeoutExpired:
             return False
     return r.returncode == 0
-
-
-def percentile(xs: list[float], q: float) -> float:
-    if not xs:
-        return 0.0
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def evaluate(
@@ -157,10 +156,15 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     engine = Engine.load(args.model)
+    if args.fim_window is not None:
+        engine.inference.fim_window_tokens = args.fim_window or None
     effort = args.effort or engine.inference.default_effort
     single = "singleline" in args.suite.name and not args.keep_lines
     max_tokens = args.max_tokens or (48 if "singleline" in args.suite.name else 128)
     tasks = load_suite(args.suite, args.limit, args.seed)
+    if not tasks:
+        print(f"no tasks to run (suite {args.suite}, --limit {args.limit})")
+        return 2
     t0 = time.time()
     kw = dict(effort=effort, max_tokens=max_tokens, single_line=single, timeout=args.timeout)
     result = evaluate(engine, tasks, sequential=False, label="parallel", **kw)
@@ -178,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
             "single_line_cut": single,
             "model": str(args.model or "shipped default"),
             "checkpoint_meta": engine.ck.meta,
+            "fim_window_tokens": engine.inference.fim_window_tokens,
             "torch_threads": torch.get_num_threads(),
             "wall_s": round(time.time() - t0, 1),
         }

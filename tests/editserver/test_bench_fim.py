@@ -28,7 +28,7 @@ def test_canonical_passes_and_wrong_fails() -> None:
 def test_first_line_and_percentile() -> None:
     assert first_line("\n    return x\n    y = 2\n") == "    return x\n"
     assert first_line("x") == "x"
-    assert percentile([1, 2, 3, 4], 0.5) == 2.5 and percentile([], 0.5) == 0.0
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5 and percentile([], 0.5) is None
 
 
 def test_bench_command_end_to_end(tiny_checkpoint, tmp_path) -> None:
