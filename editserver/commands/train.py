@@ -78,6 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="do not train: copy RUN/checkpoint to DIR with bf16 weights (how the default is shipped)",
     )
+    p.add_argument(
+        "--export-dtype",
+        default="bf16",
+        choices=("bf16", "fp32"),
+        help="weights dtype for --export (fp32 keeps full precision for continuing training with --init)",
+    )
     p.add_argument("--max-commits", type=int, default=2000, help="with --repo: commits to mine")
     p.set_defaults(func=run)
 
@@ -89,9 +95,12 @@ def run(args: argparse.Namespace) -> int:
     if args.run is None:
         args.run = DEFAULT_HOME / (f"repo-{args.repo.resolve().name}" if args.repo else "run")
     if args.export is not None:
+        import torch
+
         from model.checkpoint import export_checkpoint
 
-        out = export_checkpoint(args.run / "checkpoint", args.export)
+        dtype = torch.float32 if args.export_dtype == "fp32" else torch.bfloat16
+        out = export_checkpoint(args.run / "checkpoint", args.export, dtype)
         print(f"exported {args.run / 'checkpoint'} -> {out}")
         return 0
     fine_tune = args.repo is not None

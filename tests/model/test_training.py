@@ -178,3 +178,32 @@ def test_train_cli_rejects_a_bad_mix(tmp_path) -> None:
         timeout=300,
     )
     assert r.returncode == 2 and "--mix needs three" in r.stdout
+
+
+def test_export_keeps_fp32_when_asked(tiny_checkpoint, tmp_path) -> None:
+    """``--export-dtype fp32`` ships full-precision weights that a later run continues with --init."""
+    import shutil
+    import subprocess
+    import sys
+
+    from safetensors import safe_open
+
+    shutil.copytree(tiny_checkpoint, tmp_path / "run" / "checkpoint")
+    for dtype, want in (("fp32", "F32"), ("bf16", "BF16")):
+        out = tmp_path / f"ship-{dtype}"
+        r = subprocess.run(
+            [sys.executable, "-m", "editserver.cli", "train", "--run", str(tmp_path / "run")]
+            + ["--export", str(out), "--export-dtype", dtype],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        with safe_open(str(out / "model.safetensors"), "pt") as f:
+            name = next(iter(f.keys()))
+            assert str(f.get_slice(name).get_dtype()) == want
+        assert torch.allclose(
+            load_checkpoint(out).model.embed.weight.float(),
+            load_checkpoint(tiny_checkpoint).model.embed.weight.float(),
+            atol=1e-2,
+        )
