@@ -238,7 +238,7 @@ def train(cfg: TrainConfig) -> Path:
                 json.dumps(
                     {
                         "step": step,
-                        "loss": round(float(loss), 4),
+                        "loss": round(float(loss.detach()), 4),
                         "ce": round(stats["ce"], 4),
                         "gnorm": round(float(gnorm), 3),
                         "lr": _lr(step, cfg),
