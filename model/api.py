@@ -6,7 +6,8 @@ Design decisions:
   benchmarks all call this one function, so they measure what users get.
 - FIM layout: ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then a canvas of ``max_tokens``
   masks; with the checkpoint's ``fim_window_tokens`` set, only the prefix and suffix tokens nearest
-  the cursor that fit the window the model was trained on are kept (cut exactly as training rows); edit layout: the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack.
+  the cursor that fit the window the model was trained on are kept (cut exactly as training rows);
+  edit layout: the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack.
   Both are exactly the training layouts (model/data.py).
 - The context window is enforced, never truncated: prompt plus canvas beyond 32,768 tokens raises
   ``ContextTooLongError``.
@@ -116,18 +117,21 @@ class Engine:
     def _fim_context(self, req: FimRequest, canvas: int) -> list[int]:
         t = self.tok
         pre, suf = t.encode(req.prefix), t.encode(req.suffix)
-        if len(pre) + len(suf) + 3 + canvas > self.context_length:
-            # the model's window is a hard limit, whatever the window kept for quality
-            raise ContextTooLongError(
-                f"prompt of {len(pre) + len(suf) + 3} tokens plus {canvas} output tokens exceeds the "
-                f"context window of {self.context_length} tokens"
-            )
+        # the model's window is a hard limit on the whole input, whatever the FIM window keeps
+        self._check_fits(len(pre) + len(suf) + 3, canvas)
         window = self.inference.fim_window_tokens
         if window is not None:
             # the same cut as training rows (model/data.py), never below half the window
             n_pre, n_suf = fim_window(len(pre), len(suf), max(window // 2, window - canvas - 3))
             pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
         return [t.fim_prefix_id, *pre, t.fim_suffix_id, *suf, t.fim_middle_id]
+
+    def _check_fits(self, prompt_tokens: int, canvas: int) -> None:
+        if prompt_tokens + canvas > self.context_length:
+            raise ContextTooLongError(
+                f"prompt of {prompt_tokens} tokens plus {canvas} output tokens exceeds the "
+                f"context window of {self.context_length} tokens"
+            )
 
     def _edit_context(self, req: EditRequest) -> tuple[list[int], EditPrompt, int]:
         parsed = parse_prompt(req.prompt)  # raises PromptError on malformed prompts
@@ -175,11 +179,7 @@ class Engine:
                 canvas_lens.append(n)
         canvas_len = max(canvas_lens)
         for ctx in contexts:
-            if len(ctx) + canvas_len > self.context_length:
-                raise ContextTooLongError(
-                    f"prompt of {len(ctx)} tokens plus {canvas_len} output tokens exceeds the "
-                    f"context window of {self.context_length} tokens"
-                )
+            self._check_fits(len(ctx), canvas_len)
         Lc = max(len(c) for c in contexts)
         ids = torch.full((len(reqs), Lc), self.tok.eot_id, dtype=torch.long)
         for i, c in enumerate(contexts):
