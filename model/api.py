@@ -5,9 +5,10 @@ Design decisions:
   and ``EditRequest`` (an Inception next-edit prompt). The server, the replay harness and the
   benchmarks all call this one function, so they measure what users get.
 - FIM layout: ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then a canvas of ``max_tokens``
-  masks; with the checkpoint's ``fim_window_tokens`` set, only the prefix and suffix tokens nearest
-  the cursor that fit the window the model was trained on are kept (cut exactly as training rows);
-  edit layout: the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack.
+  masks; edit layout: the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack.
+  With the checkpoint's ``window_tokens`` set (the row length it was trained on), inputs are cut to
+  fit it exactly as training rows were: FIM keeps the prefix and suffix tokens nearest the cursor
+  (``fim_window``); an edit prompt loses snippets, outer file lines and old diffs (``fit_prompt``).
   Both are exactly the training layouts (model/data.py).
 - The context window is enforced, never truncated: prompt plus canvas beyond 32,768 tokens raises
   ``ContextTooLongError``.
@@ -36,7 +37,7 @@ from pathlib import Path
 import torch
 
 from model.checkpoint import Checkpoint, load_checkpoint
-from model.prompt import EditPrompt, fim_window, parse_prompt
+from model.prompt import EditPrompt, build_prompt, fim_window, fit_prompt, parse_prompt
 from model.sampler import ThresholdRule, TopKRule, UnmaskRule, denoise
 from model.scoring import aggregate
 from model.transformer import ContextTooLongError
@@ -119,7 +120,7 @@ class Engine:
         pre, suf = t.encode(req.prefix), t.encode(req.suffix)
         # the model's window is a hard limit on the whole input, whatever the FIM window keeps
         self._check_fits(len(pre) + len(suf) + 3, canvas)
-        window = self.inference.fim_window_tokens
+        window = self.inference.window_tokens
         if window is not None:
             # the same cut as training rows (model/data.py), never below half the window
             n_pre, n_suf = fim_window(len(pre), len(suf), max(window // 2, window - canvas - 3))
@@ -135,12 +136,18 @@ class Engine:
 
     def _edit_context(self, req: EditRequest) -> tuple[list[int], EditPrompt, int]:
         parsed = parse_prompt(req.prompt)  # raises PromptError on malformed prompts
-        ctx = [*self.tok.encode(req.prompt), self.tok.rewrite_id]
         region_tokens = len(self.tok.encode(parsed.region))
         canvas = region_tokens + self.inference.edit_slack_tokens
         if req.max_tokens is not None:
             canvas = min(canvas, req.max_tokens)
-        return ctx, parsed, canvas
+        prompt = req.prompt
+        window = self.inference.window_tokens
+        if window is not None:
+            # cut as training rows were (model/data.py); a region too long for the window keeps the
+            # whole prompt: the 32k window still holds it, only the training distances are exceeded
+            fitted = fit_prompt(parsed, lambda text: len(self.tok.encode(text)), window - canvas - 1)
+            prompt = prompt if fitted is None else build_prompt(fitted)
+        return [*self.tok.encode(prompt), self.tok.rewrite_id], parsed, canvas
 
     def _rule(self, o: SamplingOptions) -> tuple[UnmaskRule, int]:
         effort = o.effort or self.inference.default_effort

@@ -82,9 +82,10 @@ class InferenceConfig:
     )
     default_effort: str = "medium"
     fim_max_tokens: int = 64  # canvas length when a request names no max_tokens
-    # FIM context + canvas kept within this many tokens (the nearest prefix and suffix tokens, cut as
-    # in training): a model trained on short rows has never seen longer distances. None keeps all.
-    fim_window_tokens: int | None = None
+    # The row length the model was trained on: FIM and next-edit inputs are cut to fit it as training
+    # rows were (the prefix/suffix nearest the cursor; the edit prompt's outer context), since a model
+    # trained on short rows has never seen longer distances. None keeps everything.
+    window_tokens: int | None = None
     edit_slack_tokens: int = 32  # extra canvas beyond the region's own length for a rewrite
     score_aggregate: str = "mean"  # how per-token confidences become one suggestion score
     selectivity_threshold: float = 0.0  # edits scoring below this are suppressed (tuned by replay)
@@ -96,6 +97,8 @@ class InferenceConfig:
     @classmethod
     def from_dict(cls, d: dict) -> InferenceConfig:
         d = dict(d)
+        if "fim_window_tokens" in d:  # its name before it also cut next-edit prompts
+            d.setdefault("window_tokens", d.pop("fim_window_tokens"))
         if "efforts" in d:
             d["efforts"] = {k: EffortPreset(**v) for k, v in d["efforts"].items()}
         names = {f.name for f in dataclasses.fields(cls)}

@@ -30,12 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from model.prompt import EditPrompt, build_prompt, fim_window, unified_diff
+from model.prompt import EditPrompt, build_prompt, fim_window, fit_prompt, unified_diff
+from model.synth import rename_example
 from model.tokenizer import Tokenizer
 
 HELD_OUT_REPOS = ("pallets+click", "jd+tenacity", "more-itertools+more-itertools", "spf13+cobra")
 HELD_OUT_PACKAGES = ("click", "tenacity", "more_itertools", "cobra")
 MAX_FILE_BYTES = 200_000
+DEFAULT_MIX = (0.15, 0.5, 0.2, 0.15)  # plain, FIM, next edit from commits, synthetic rename
 
 
 def python_source_files(roots: list[Path] | None = None) -> list[Path]:
@@ -186,20 +188,21 @@ class RowBuilder:
             cursor = rng.randrange(len(region))
         above, below = "".join(state[max(0, lo - 40) : lo]), "".join(state[hi : hi + 40])
         prompt = EditPrompt(rec["path"], above, region, cursor, below, [], "".join(history[-3:]))
-        target = self.tok.encode(new_region)
-        canvas = self._canvas(target, 32)
-        ctx = self.tok.encode(build_prompt(prompt)) + [self.tok.rewrite_id]
-        if len(ctx) + len(canvas) > self.L:
-            # shrink the file context around the region until it fits, or give up
-            for keep in (16, 6, 0):
-                prompt.above = "".join(state[max(0, lo - keep) : lo])
-                prompt.below = "".join(state[hi : hi + keep])
-                prompt.history = "".join(history[-1:]) if keep < 16 else prompt.history
-                ctx = self.tok.encode(build_prompt(prompt)) + [self.tok.rewrite_id]
-                if len(ctx) + len(canvas) <= self.L:
-                    break
-            else:
-                return None
+        return self._edit_row(prompt, new_region)
+
+    def rename(self, path: str, text: str) -> Row | None:
+        """A synthetic next edit: carry a rename made elsewhere to this region (model/synth.py)."""
+        ex = rename_example(path, text, self.rng)
+        return None if ex is None else self._edit_row(*ex)
+
+    def _edit_row(self, prompt: EditPrompt, new_region: str) -> Row | None:
+        """``prompt <|rewrite|> answer`` padded with end-of-text, the prompt cut to fit (fit_prompt)."""
+        canvas = self._canvas(self.tok.encode(new_region), 32)
+        budget = self.L - len(canvas) - 1
+        fitted = fit_prompt(prompt, lambda text: len(self.tok.encode(text)), budget)
+        if fitted is None:
+            return None
+        ctx = self.tok.encode(build_prompt(fitted)) + [self.tok.rewrite_id]
         return Row(ctx + canvas, len(ctx))
 
 
@@ -254,9 +257,12 @@ def build_rows(
     n_rows: int,
     seq_len: int,
     seed: int,
-    mix: tuple[float, float, float] = (0.2, 0.55, 0.25),
+    mix: tuple[float, ...] = DEFAULT_MIX,
+    code_paths: list[str] | None = None,
 ) -> Iterator[Row]:
-    """Yield ``n_rows`` rows drawn with the (plain, FIM, edit) mixture ``mix``."""
+    """Yield ``n_rows`` rows drawn with the (plain, FIM, edit[, rename]) mixture ``mix``; renames
+    (model/synth.py) are made from ``code_texts``, named by ``code_paths`` in their diffs."""
+    mix = (*mix, 0.0) if len(mix) == 3 else tuple(mix)
     rng = random.Random(seed)
     b = RowBuilder(tok, seq_len, rng)
     stream = code_token_stream(tok, code_texts, rng)
@@ -270,9 +276,12 @@ def build_rows(
                 stream = code_token_stream(tok, code_texts, rng)
                 continue
             row = b.plain(chunk)  # type: ignore[arg-type]
-        elif r < mix[0] + mix[1] or not records:
+        elif r < mix[0] + mix[1] or (not records and r < 1.0 - mix[3]):
             text = code_texts[rng.randrange(len(code_texts))]
             row = b.fim(text)
+        elif r >= 1.0 - mix[3]:
+            i = rng.randrange(len(code_texts))
+            row = b.rename(code_paths[i] if code_paths else "main.py", code_texts[i])
         else:
             row = b.edit(records[rng.randrange(len(records))])
         if row is not None:

@@ -12,7 +12,9 @@ Design decisions:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 RV_OPEN, RV_CLOSE = "<|recently_viewed_code_snippets|>", "<|/recently_viewed_code_snippets|>"
@@ -155,6 +157,49 @@ def unified_diff(path: str, before: str, after: str, context: int = 3) -> str:
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n")
     return "".join(out)
+
+
+def split_history(history: str) -> list[str]:
+    """The history's unified diffs, oldest first (each opens with a ``--- `` / ``+++ `` pair)."""
+    lines = history.splitlines(keepends=True)
+    starts = [
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
+    ]
+    if not starts:
+        return [history] if history.strip() else []
+    starts[0] = 0  # anything before the first header belongs to the first entry
+    return ["".join(lines[a:b]) for a, b in zip(starts, [*starts[1:], len(lines)])]
+
+
+def _last_lines(text: str, n: int) -> str:
+    return "".join(text.splitlines(keepends=True)[-n:]) if n else ""
+
+
+def _first_lines(text: str, n: int) -> str:
+    return "".join(text.splitlines(keepends=True)[:n])
+
+
+def fit_prompt(p: EditPrompt, n_tokens: Callable[[str], int], budget: int) -> EditPrompt | None:
+    """``p`` cut until its built prompt is at most ``budget`` tokens, or None when even the region
+    with the newest diff is too long. Cuts, in order: the recently viewed snippets; the file context
+    to 40, 16, 6 and 0 lines on each side; the history to its 3 newest diffs, then the newest.
+    Training rows (model/data.py) and inference (model/api.py) both cut with this, so they agree."""
+    if n_tokens(build_prompt(p)) <= budget:
+        return p
+    diffs = split_history(p.history)
+    for keep in (40, 16, 6, 0):
+        q = dataclasses.replace(
+            p,
+            snippets=[],
+            above=_last_lines(p.above, keep),
+            below=_first_lines(p.below, keep),
+            history="".join(diffs[-3:] if keep >= 16 else diffs[-1:]),
+        )
+        if n_tokens(build_prompt(q)) <= budget:
+            return q
+    return None
 
 
 def format_edit_response(region: str) -> str:

@@ -28,6 +28,7 @@ import torch
 from model.checkpoint import load_checkpoint, save_checkpoint
 from model.config import PRESETS, InferenceConfig, ModelConfig
 from model.data import (
+    DEFAULT_MIX,
     RowStore,
     build_rows,
     edit_record_files,
@@ -91,13 +92,19 @@ def prepare(
     code_files: list[Path] | None = None,
     max_records: int | None = None,
     extra_records: list[dict] | None = None,
-    mix: tuple[float, float, float] = (0.2, 0.55, 0.25),
+    mix: tuple[float, ...] = DEFAULT_MIX,
 ) -> None:
     """Tokenizer + train/val rows from local Python source and the commit-edit records."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     files = code_files if code_files is not None else python_source_files()
-    texts = [t for t in (read_text(p) for p in files) if t]
+    texts: list[str] = []
+    paths: list[str] = []  # a file's name as a next-edit diff shows it (its last two components)
+    for f in files:
+        text = read_text(f)
+        if text:
+            texts.append(text)
+            paths.append("/".join(Path(f).parts[-2:]))
     train_recs: list[dict] = []
     val_recs: list[dict] = []
     if edits_dir is not None and Path(edits_dir).is_dir():
@@ -116,6 +123,7 @@ def prepare(
         if (r["repo"], r["path"]) not in seen:
             seen.add((r["repo"], r["path"]))
             texts.append(r["before"])
+            paths.append(r["path"])
     if not texts:
         raise ValueError("no training text: no source files and no edit records to learn from")
     if tokenizer_path is not None:
@@ -125,10 +133,13 @@ def prepare(
         tok = train_tokenizer(sample, vocab_size=vocab_size)
     tok.save(data_dir / "tokenizer.json")
     val_texts = [r["before"] for r in val_recs[:3000]]
+    val_paths = [r["path"] for r in val_recs[:3000]]
     if val_texts or val_recs:
-        val_rows = build_rows(tok, val_texts or texts[:200], val_recs, n_val, seq_len, seed + 1, mix)
+        val_rows = build_rows(
+            tok, val_texts or texts[:200], val_recs, n_val, seq_len, seed + 1, mix, val_paths or paths[:200]
+        )
         RowStore.write(data_dir / "val", val_rows, n_val, seq_len, tok.eot_id)
-    train_rows = build_rows(tok, texts, train_recs, n_train, seq_len, seed, mix)
+    train_rows = build_rows(tok, texts, train_recs, n_train, seq_len, seed, mix, paths)
     RowStore.write(data_dir / "train", train_rows, n_train, seq_len, tok.eot_id, {"files": len(texts)})
 
 
@@ -178,7 +189,7 @@ def train(cfg: TrainConfig) -> Path:
     val = RowStore(Path(cfg.data_dir) / "val") if (Path(cfg.data_dir) / "val").is_dir() else None
     tok = Tokenizer.load(Path(cfg.data_dir) / "tokenizer.json")
     # a model trained on rows of L tokens sees FIM context cut to L at inference too (model/api.py)
-    inference = InferenceConfig(fim_window_tokens=data.L)
+    inference = InferenceConfig(window_tokens=data.L)
     if cfg.init_from is not None:
         ck = load_checkpoint(cfg.init_from)
         model, inference = ck.model.train(), ck.inference

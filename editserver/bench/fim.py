@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     engine = Engine.load(args.model)
     if args.fim_window is not None:
-        engine.inference.fim_window_tokens = args.fim_window or None
+        engine.inference.window_tokens = args.fim_window or None
     effort = args.effort or engine.inference.default_effort
     single = "singleline" in args.suite.name and not args.keep_lines
     max_tokens = args.max_tokens or (48 if "singleline" in args.suite.name else 128)
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             "single_line_cut": single,
             "model": str(args.model or "shipped default"),
             "checkpoint_meta": engine.ck.meta,
-            "fim_window_tokens": engine.inference.fim_window_tokens,
+            "window_tokens": engine.inference.window_tokens,
             "torch_threads": torch.get_num_threads(),
             "wall_s": round(time.time() - t0, 1),
         }

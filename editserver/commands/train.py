@@ -51,8 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=int, default=256, help="row length in tokens (context + canvas)")
     p.add_argument(
         "--mix",
-        default="0.3,0.5,0.2",
-        help="shares of plain, FIM and next-edit rows when building the corpus",
+        default="0.15,0.5,0.2,0.15",
+        help="shares of plain, FIM, next-edit (from commits) and synthetic-rename rows when building "
+        "the corpus (three shares: no renames)",
     )
     p.add_argument(
         "--tokenizer",
@@ -131,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
             )
     elif not (data / "train" / "info.json").exists():
         mix = tuple(float(x) for x in args.mix.split(","))
-        if len(mix) != 3 or abs(sum(mix) - 1.0) > 1e-6 or min(mix) < 0:
-            print(f"--mix needs three non-negative shares summing to 1, got {args.mix!r}")
+        if len(mix) not in (3, 4) or abs(sum(mix) - 1.0) > 1e-6 or min(mix) < 0:
+            print(f"--mix needs three or four non-negative shares summing to 1, got {args.mix!r}")
             return 2
         print(f"building corpus in {data} ...", flush=True)
         tokenizer = args.tokenizer or (Path(init) / "tokenizer.json" if init else None)

@@ -143,7 +143,7 @@ def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
     assert fim_window(50, 500, 100) == (50, 50)  # short prefix: the suffix takes the rest
     assert fim_window(10, 5, 100) == (10, 5)
     eng = Engine.load(tiny_checkpoint)
-    eng.inference.fim_window_tokens = 40
+    eng.inference.window_tokens = 40
     prefix, suffix = "".join(f"x{i} = {i}\n" for i in range(200)), "y = 1\n" * 50
     ctx = eng._fim_context(FimRequest(prefix, suffix), canvas=8)
     t = eng.tok
@@ -154,3 +154,19 @@ def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
     eng.context_length = 100
     with pytest.raises(ContextTooLongError, match="context window"):
         eng.complete(FimRequest(prefix, suffix, max_tokens=8))
+
+
+def test_edit_prompts_are_cut_to_the_training_window(tiny_checkpoint) -> None:
+    from model.prompt import EditPrompt, build_prompt, unified_diff
+
+    eng = Engine.load(tiny_checkpoint)
+    above = "".join(f"a{i} = {i}\n" for i in range(300))
+    hist = unified_diff("m.py", "x = 1\n", "x = 2\n")
+    prompt = build_prompt(EditPrompt("m.py", above, "y = 1\n", 0, "", [], hist))
+    full, _, _ = eng._edit_context(EditRequest(prompt))
+    eng.inference.window_tokens = 200
+    cut, parsed, canvas = eng._edit_context(EditRequest(prompt))
+    assert len(full) > 200 >= len(cut) + canvas
+    assert cut[-1] == eng.tok.rewrite_id and "y = 1" in eng.tok.decode(cut)
+    assert parsed.region == "y = 1\n"
+    assert eng.complete(EditRequest(prompt)).finish_reason in ("stop", "length")

@@ -72,3 +72,23 @@ def test_edit_response_round_trip(region: str) -> None:
 
     assert parse_edit_response(format_edit_response(region)) == region
     assert parse_edit_response("no fence here") is None
+
+
+def test_fit_prompt_cuts_outer_context_first_and_keeps_the_region() -> None:
+    from model.prompt import EditPrompt, Snippet, build_prompt, fit_prompt, split_history, unified_diff
+
+    above = "".join(f"a{i} = {i}\n" for i in range(100))
+    below = "".join(f"b{i} = {i}\n" for i in range(100))
+    diffs = [unified_diff("m.py", f"x = {i}\n", f"x = {i + 1}\n") for i in range(5)]
+    p = EditPrompt("m.py", above, "y = 1\n", 0, below, [Snippet("o.py", "z = 2\n" * 50)], "".join(diffs))
+    assert split_history(p.history) == diffs
+    n = len  # characters stand in for tokens
+    assert fit_prompt(p, n, 10**6) is p, "a prompt that fits is untouched"
+    q = fit_prompt(p, n, 800)
+    assert q is not None and n(build_prompt(q)) <= 800
+    assert q.region == p.region and q.cursor == p.cursor and not q.snippets
+    assert above.endswith(q.above) and below.startswith(q.below), "the lines nearest the region stay"
+    assert q.history.endswith(diffs[-1])
+    bare = fit_prompt(p, n, 300)
+    assert bare is not None and bare.above == "" and bare.history == diffs[-1]
+    assert fit_prompt(p, n, 50) is None

@@ -177,7 +177,7 @@ def test_train_cli_rejects_a_bad_mix(tmp_path) -> None:
         text=True,
         timeout=300,
     )
-    assert r.returncode == 2 and "--mix needs three" in r.stdout
+    assert r.returncode == 2 and "--mix needs three or four" in r.stdout
 
 
 def test_export_keeps_fp32_when_asked(tiny_checkpoint, tmp_path) -> None:
