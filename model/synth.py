@@ -49,13 +49,14 @@ _SKIP |= {"const", "return", "import", "from", "def", "class", "this", "string",
 _NOT_CODE = re.compile(
     r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|#.*|//.*'
 )
+_NOT_BREAK = re.compile("[^\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")  # what str.splitlines keeps
 _BARE = re.compile(r"(?<![.\w])[A-Za-z_]\w*")
 
 
 def code_mask(text: str) -> str:
     """``text`` with string literals (triple-quoted ones too) and comments blanked to spaces; same
     length and same line breaks, so offsets and lines in the mask are offsets and lines in ``text``."""
-    return _NOT_CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    return _NOT_CODE.sub(lambda m: _NOT_BREAK.sub(" ", m.group()), text)
 
 
 def _rename(line: str, code: str, pat: re.Pattern[str], new: str) -> str:
@@ -121,8 +122,9 @@ def rename_example(path: str, text: str, rng: random.Random) -> tuple[EditPrompt
     if len(lines) < 4:
         return None
     s = rng.randrange(max(1, len(lines) - 60))
-    window = lines[s : s + 60]
     masked = code_mask(text).splitlines(keepends=True)
+    if len(masked) != len(lines):
+        return None
     where: dict[str, list[int]] = {}
     bare: set[str] = set()
     for i, code in enumerate(masked[s : s + 60]):
