@@ -189,6 +189,7 @@ def fit_prompt(p: EditPrompt, n_tokens: Callable[[str], int], budget: int) -> Ed
     if n_tokens(build_prompt(p)) <= budget:
         return p
     diffs = split_history(p.history)
+    tried = p
     for keep in (40, 16, 6, 0):
         q = dataclasses.replace(
             p,
@@ -197,6 +198,9 @@ def fit_prompt(p: EditPrompt, n_tokens: Callable[[str], int], budget: int) -> Ed
             below=_first_lines(p.below, keep),
             history="".join(diffs[-3:] if keep >= 16 else diffs[-1:]),
         )
+        if q == tried:  # this cut changes nothing: counting it again would only cost time
+            continue
+        tried = q
         if n_tokens(build_prompt(q)) <= budget:
             return q
     return None
