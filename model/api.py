@@ -9,6 +9,8 @@ Design decisions:
   With the checkpoint's ``window_tokens`` set (the row length it was trained on), inputs are cut to
   fit it exactly as training rows were: FIM keeps the prefix and suffix tokens nearest the cursor
   (``fim_window``); an edit prompt loses snippets, outer file lines and old diffs (``fit_prompt``).
+  A checkpoint trained so (``edit_canvas_at_region``) places a rewrite's canvas at the rotary
+  positions of its region (``edit_canvas_pos``), exactly as its training rows were.
   Both are exactly the training layouts (model/data.py).
 - The context window is enforced, never truncated: prompt plus canvas beyond 32,768 tokens raises
   ``ContextTooLongError``.
@@ -37,7 +39,15 @@ from pathlib import Path
 import torch
 
 from model.checkpoint import Checkpoint, load_checkpoint
-from model.prompt import EditPrompt, build_prompt, fim_window, fit_prompt, parse_prompt
+from model.prompt import (
+    EDIT_OPEN,
+    EditPrompt,
+    build_prompt,
+    edit_canvas_pos,
+    fim_window,
+    fit_prompt,
+    parse_prompt,
+)
 from model.sampler import ThresholdRule, TopKRule, UnmaskRule, denoise
 from model.scoring import aggregate
 from model.transformer import ContextTooLongError
@@ -192,6 +202,12 @@ class Engine:
         for i, c in enumerate(contexts):
             ids[i, : len(c)] = torch.tensor(c)
         lens = torch.tensor([len(c) for c in contexts])
+        canvas_pos = None
+        if self.inference.edit_canvas_at_region:
+            region_open = self.tok.special_ids[EDIT_OPEN]
+            canvas_pos = torch.tensor(
+                [edit_canvas_pos(c, self.tok.rewrite_id, region_open) for c in contexts]
+            )
         gen = torch.Generator(device=self.device).manual_seed(o.seed)
         on_step = None
         if o.on_step is not None:
@@ -218,6 +234,7 @@ class Engine:
             on_step=on_step,
             should_stop=(o.cancel.is_set if o.cancel is not None else None),
             done=self._stop_hook([r.options.stop for r in reqs]),
+            canvas_pos=None if canvas_pos is None else canvas_pos.to(self.device),
         )
         latency = time.perf_counter() - t0
         out = []

@@ -87,6 +87,9 @@ class InferenceConfig:
     # trained on short rows has never seen longer distances. None keeps everything.
     window_tokens: int | None = None
     edit_slack_tokens: int = 32  # extra canvas beyond the region's own length for a rewrite
+    # trained with a next-edit canvas positioned at its region (prompt.edit_canvas_pos); older
+    # checkpoints continued the canvas after the prompt
+    edit_canvas_at_region: bool = False
     score_aggregate: str = "mean"  # how per-token confidences become one suggestion score
     selectivity_threshold: float = 0.0  # edits scoring below this are suppressed (tuned by replay)
 

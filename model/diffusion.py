@@ -52,13 +52,16 @@ def diffusion_loss(
     seq_lens: torch.Tensor,  # [B]
     mask_id: int,
     generator: torch.Generator,
+    canvas_pos: torch.Tensor | None = None,  # [B] rotary position of each canvas start (transformer.py)
 ) -> tuple[torch.Tensor, dict]:
     noisy, masked, t = mask_batch(ids, context_lens, seq_lens, mask_id, generator)
     rows, cols = masked.nonzero(as_tuple=True)
     if rows.numel() == 0:
         zero = model.embed.weight.sum() * 0.0
         return zero, {"masked": 0, "ce": 0.0}
-    logits = model(noisy, context_lens=context_lens, seq_lens=seq_lens, logits_index=(rows, cols))  # [N, V]
+    logits = model(
+        noisy, context_lens=context_lens, seq_lens=seq_lens, logits_index=(rows, cols), canvas_pos=canvas_pos
+    )  # [N, V]
     ce = F.cross_entropy(logits.float(), ids[rows, cols], reduction="none")  # [N]
     canvas_len = (seq_lens - context_lens).clamp_min(1).float()  # [B]
     weight = 1.0 / (t[rows] * canvas_len[rows])  # (1/t) / |canvas|

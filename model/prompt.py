@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 RV_OPEN, RV_CLOSE = "<|recently_viewed_code_snippets|>", "<|/recently_viewed_code_snippets|>"
@@ -157,6 +157,18 @@ def unified_diff(path: str, before: str, after: str, context: int = 3) -> str:
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n")
     return "".join(out)
+
+
+def edit_canvas_pos(context: Sequence[int], rewrite_id: int, region_open_id: int) -> int:
+    """Rotary position where a row's canvas starts (see model/transformer.py): for a next-edit row
+    (its context ends with ``<|rewrite|>``) the first token after ``<|code_to_edit|>``, so the
+    rewrite lines up with the region it rewrites; for any other row right after the context."""
+    n = len(context)
+    if n and context[n - 1] == rewrite_id:
+        ids = list(context)
+        if region_open_id in ids:
+            return ids.index(region_open_id) + 1
+    return n
 
 
 def split_history(history: str) -> list[str]:

@@ -83,7 +83,13 @@ def informative(tok: torch.Tensor, conf: torch.Tensor, active: torch.Tensor, eot
 
 # ---- cache policies ----------------------------------------------------------------------------
 class CachePolicy(Protocol):
-    def prepare(self, model: Transformer, context: torch.Tensor, lengths: torch.Tensor) -> object: ...
+    def prepare(
+        self,
+        model: Transformer,
+        context: torch.Tensor,
+        lengths: torch.Tensor,
+        canvas_pos: torch.Tensor | None,
+    ) -> object: ...
 
     def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
         """Logits [B, n, V] of the canvas positions ``only`` (the active block)."""
@@ -93,8 +99,14 @@ class CachePolicy(Protocol):
 class ContextCache:
     """Context keys/values computed once per request; each step runs only the canvas."""
 
-    def prepare(self, model: Transformer, context: torch.Tensor, lengths: torch.Tensor) -> KVCache:
-        return model.encode_context(context, lengths)
+    def prepare(
+        self,
+        model: Transformer,
+        context: torch.Tensor,
+        lengths: torch.Tensor,
+        canvas_pos: torch.Tensor | None,
+    ) -> KVCache:
+        return model.encode_context(context, lengths, canvas_pos)
 
     def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
         assert isinstance(state, KVCache)
@@ -104,17 +116,24 @@ class ContextCache:
 class NoCache:
     """Recompute context and canvas every step (reference for the cache's exactness)."""
 
-    def prepare(self, model: Transformer, context: torch.Tensor, lengths: torch.Tensor) -> object:
+    def prepare(
+        self,
+        model: Transformer,
+        context: torch.Tensor,
+        lengths: torch.Tensor,
+        canvas_pos: torch.Tensor | None,
+    ) -> object:
         if not bool((lengths == context.shape[1]).all()):
             raise ValueError("NoCache needs rows of equal context length")
-        return context
+        return context, canvas_pos
 
     @torch.no_grad()
     def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
-        assert isinstance(state, torch.Tensor)
-        ids = torch.cat([state, canvas], dim=1)
-        ctx = torch.full((ids.shape[0],), state.shape[1], device=ids.device)
-        return model(ids, context_lens=ctx)[:, state.shape[1] :][:, only]
+        assert isinstance(state, tuple)
+        context, canvas_pos = state
+        ids = torch.cat([context, canvas], dim=1)
+        ctx = torch.full((ids.shape[0],), context.shape[1], device=ids.device)
+        return model(ids, context_lens=ctx, canvas_pos=canvas_pos)[:, context.shape[1] :][:, only]
 
 
 # ---- the loop ----------------------------------------------------------------------------------
@@ -179,6 +198,7 @@ def denoise(
     on_step: Callable[[torch.Tensor], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     done: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    canvas_pos: torch.Tensor | None = None,  # [B] rotary position of the canvas start (see transformer)
 ) -> SampleResult:
     """Decode ``canvas_len`` tokens after each row's context.
 
@@ -191,7 +211,7 @@ def denoise(
     canvas = torch.full((B, N), mask_id, dtype=torch.long, device=dev)  # [B, N]
     fixed = torch.zeros((B, N), dtype=torch.bool, device=dev)
     conf_out = torch.zeros((B, N), dtype=torch.float32, device=dev)
-    state = cache.prepare(model, context, context_lens)
+    state = cache.prepare(model, context, context_lens, canvas_pos)
     steps, canvases, cancelled = 0, [], False
     pos = torch.arange(N, device=dev)
     # never propose the mask token or layout tags: [V] additive bias, -inf on suppressed ids

@@ -37,6 +37,7 @@ from model.data import (
     read_text,
 )
 from model.diffusion import diffusion_loss
+from model.prompt import EDIT_OPEN, edit_canvas_pos
 from model.tokenizer import Tokenizer, train_tokenizer
 from model.transformer import Transformer
 
@@ -143,10 +144,14 @@ def prepare(
     RowStore.write(data_dir / "train", train_rows, n_train, seq_len, tok.eot_id, {"files": len(texts)})
 
 
-def _batch(store: RowStore, idx: np.ndarray, device: str):
-    ids = torch.from_numpy(store.ids[idx].astype(np.int64)).to(device)
-    meta = torch.from_numpy(store.meta[idx]).to(device)
-    return ids, meta[:, 0].long(), meta[:, 1].long()
+def _batch(store: RowStore, idx: np.ndarray, device: str, tok: Tokenizer):
+    """(ids [B, L], context lengths [B], row lengths [B], canvas positions [B]) of rows ``idx``."""
+    rows, meta = store.ids[idx], store.meta[idx]
+    region_open = tok.special_ids[EDIT_OPEN]
+    pos = [edit_canvas_pos(r[:c].tolist(), tok.rewrite_id, region_open) for r, c in zip(rows, meta[:, 0])]
+    ids = torch.from_numpy(rows.astype(np.int64)).to(device)
+    m = torch.from_numpy(meta).to(device)
+    return ids, m[:, 0].long(), m[:, 1].long(), torch.tensor(pos, device=device)
 
 
 def _lr(step: int, cfg: TrainConfig) -> float:
@@ -161,7 +166,7 @@ def _lr(step: int, cfg: TrainConfig) -> float:
 
 @torch.no_grad()
 def evaluate(
-    model: Transformer, store: RowStore, mask_id: int, device: str, n: int = 256, precision: str = "auto"
+    model: Transformer, store: RowStore, tok: Tokenizer, device: str, n: int = 256, precision: str = "auto"
 ) -> dict:
     """Held-out diffusion loss, split by task (plain: context 0; conditional: FIM and edit rows)."""
     model.eval()
@@ -170,9 +175,9 @@ def evaluate(
     out = {"val_loss": 0.0, "val_ce": 0.0}
     batches = 0
     for s in range(0, len(idx), 32):
-        ids, ctx, lens = _batch(store, idx[s : s + 32], device)
+        ids, ctx, lens, pos = _batch(store, idx[s : s + 32], device, tok)
         with autocast(device, precision):
-            loss, stats = diffusion_loss(model, ids, ctx, lens, mask_id, g)
+            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, g, pos)
         out["val_loss"] += float(loss)
         out["val_ce"] += stats["ce"]
         batches += 1
@@ -189,10 +194,11 @@ def train(cfg: TrainConfig) -> Path:
     val = RowStore(Path(cfg.data_dir) / "val") if (Path(cfg.data_dir) / "val").is_dir() else None
     tok = Tokenizer.load(Path(cfg.data_dir) / "tokenizer.json")
     # a model trained on rows of L tokens sees FIM context cut to L at inference too (model/api.py)
-    inference = InferenceConfig(window_tokens=data.L)
+    inference = InferenceConfig(window_tokens=data.L, edit_canvas_at_region=True)
     if cfg.init_from is not None:
         ck = load_checkpoint(cfg.init_from)
         model, inference = ck.model.train(), ck.inference
+        inference.edit_canvas_at_region = True  # rows below are positioned so (_batch)
         if ck.tokenizer.vocab_size != tok.vocab_size:
             raise ValueError("fine-tuning data must be tokenized with the checkpoint's tokenizer")
     else:
@@ -232,11 +238,11 @@ def train(cfg: TrainConfig) -> Path:
     t0, toks = time.time(), 0
     while step < cfg.steps:
         idx = np.sort(rng.integers(0, data.n, cfg.batch_size))
-        ids, ctx, lens = _batch(data, idx, cfg.device)
+        ids, ctx, lens, pos = _batch(data, idx, cfg.device, tok)
         for g in opt.param_groups:
             g["lr"] = _lr(step, cfg)
         with autocast(cfg.device, cfg.precision):
-            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, gen)
+            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, gen, pos)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -263,7 +269,7 @@ def train(cfg: TrainConfig) -> Path:
         if step % cfg.eval_every == 0 or step == cfg.steps:
             rec = {"step": step, "event": "eval"}
             if val is not None:
-                rec.update(evaluate(model, val, tok.mask_id, cfg.device, precision=cfg.precision))
+                rec.update(evaluate(model, val, tok, cfg.device, precision=cfg.precision))
             log.write(json.dumps(rec) + "\n")
             log.flush()
             torch.save(

@@ -13,6 +13,11 @@ Design decisions:
   (flash / memory-efficient) kernel, so a 32,768-token context fits in memory.
 - Logits are computed only for the positions asked for (``logits_index``): the vocabulary projection
   is the most expensive matmul per token in a model this small.
+- *Where the canvas sits* is a per-row choice (``canvas_pos``, the rotary position of its first
+  token; default: right after the context). A next-edit rewrite starts at the position of the
+  region it rewrites, so canvas token j and region token j share a rotary position and copying the
+  unchanged tokens is attention at relative distance 0 (learned as early as a previous-token head),
+  instead of a variable-offset lookup a small model learns late.
 - Hot-path ops go through ``model.ops``, which dispatches to ``kernels`` (Triton) or PyTorch.
 """
 
@@ -57,6 +62,7 @@ class KVCache:
     values: list[torch.Tensor]
     valid: torch.Tensor  # [B, Lc] bool
     lengths: torch.Tensor  # [B] number of real context tokens per row
+    canvas_pos: torch.Tensor  # [B] rotary position of each row's first canvas token
 
     @property
     def context_len(self) -> int:
@@ -159,10 +165,14 @@ class Transformer(nn.Module):
         context_lens: torch.Tensor | None = None,  # [B]; None or all-zero = fully bidirectional
         seq_lens: torch.Tensor | None = None,  # [B]; keys at or past a row's length are padding
         logits_index: tuple[torch.Tensor, torch.Tensor] | None = None,  # (rows, cols) to project
+        canvas_pos: torch.Tensor | None = None,  # [B]; None: the canvas continues after the context
     ) -> torch.Tensor:
         B, L = ids.shape
         self._check_len(L)
         pos = torch.arange(L, device=ids.device).expand(B, L)
+        if canvas_pos is not None and context_lens is not None:
+            on_canvas = pos >= context_lens[:, None]  # [B, L]
+            pos = torch.where(on_canvas, pos - context_lens[:, None] + canvas_pos[:, None], pos)
         cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
         mask = None
         idx = torch.arange(L, device=ids.device)
@@ -182,8 +192,11 @@ class Transformer(nn.Module):
 
     # ---- inference: cached context + canvas steps --------------------------------------------
     @torch.no_grad()
-    def encode_context(self, ids: torch.Tensor, lengths: torch.Tensor | None = None) -> KVCache:
-        """Run the context once. ids [B, Lc], left-aligned with right padding; lengths [B]."""
+    def encode_context(
+        self, ids: torch.Tensor, lengths: torch.Tensor | None = None, canvas_pos: torch.Tensor | None = None
+    ) -> KVCache:
+        """Run the context once. ids [B, Lc], left-aligned with right padding; lengths [B];
+        canvas_pos [B] (default: ``lengths``, the canvas right after the context)."""
         B, Lc = ids.shape
         self._check_len(Lc)
         if lengths is None:
@@ -198,7 +211,7 @@ class Transformer(nn.Module):
             x, k, v = layer(x, cos, sin, None, kv_lens=kv_lens)
             keys.append(k)
             values.append(v)
-        return KVCache(keys, values, valid, lengths)
+        return KVCache(keys, values, valid, lengths, lengths if canvas_pos is None else canvas_pos)
 
     @torch.no_grad()
     def forward_canvas(self, canvas: torch.Tensor, cache: KVCache, only: slice | None = None) -> torch.Tensor:
@@ -206,8 +219,8 @@ class Transformer(nn.Module):
         being decoded (the vocabulary projection of the others would be thrown away)."""
         B, N = canvas.shape
         self._check_len(int(cache.lengths.max()) + N)
-        # canvas positions continue right after each row's real context
-        pos = cache.lengths[:, None] + torch.arange(N, device=canvas.device)[None, :]  # [B, N]
+        # canvas positions start at each row's canvas_pos (by default right after its real context)
+        pos = cache.canvas_pos[:, None] + torch.arange(N, device=canvas.device)[None, :]  # [B, N]
         cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
         # keys are [cached context ; canvas]; only the context can hold padding
         kv_lens = None if bool(cache.valid.all()) else cache.lengths

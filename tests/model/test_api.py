@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 
 from model.api import EditRequest, Engine, FimRequest, SamplingOptions
 from model.prompt import EditPrompt, PromptError, build_prompt
@@ -170,3 +171,24 @@ def test_edit_prompts_are_cut_to_the_training_window(tiny_checkpoint) -> None:
     assert cut[-1] == eng.tok.rewrite_id and "y = 1" in eng.tok.decode(cut)
     assert parsed.region == "y = 1\n"
     assert eng.complete(EditRequest(prompt)).finish_reason in ("stop", "length")
+
+
+def test_edit_canvas_at_region_matches_the_uncached_model(tiny_checkpoint) -> None:
+    from model.prompt import EDIT_OPEN, EditPrompt, build_prompt, edit_canvas_pos
+    from model.sampler import NoCache, TopKRule, denoise
+
+    eng = Engine.load(tiny_checkpoint)
+    eng.inference.edit_canvas_at_region = True
+    prompt = build_prompt(EditPrompt("m.py", "x = 1\n", "y = x\n", 0, "", [], ""))
+    got = eng.complete(EditRequest(prompt, options=SamplingOptions(sequential=True)))
+    ctx, _, n = eng._edit_context(EditRequest(prompt))
+    pos = edit_canvas_pos(ctx, eng.tok.rewrite_id, eng.tok.special_ids[EDIT_OPEN])
+    assert pos < len(ctx) - 3, "the canvas starts back at the region"
+    ids = torch.tensor([ctx])
+    kw = dict(
+        mask_id=eng.tok.mask_id, eot_id=eng.tok.eot_id, rule=TopKRule(1), canvas_pos=torch.tensor([pos])
+    )
+    kw["suppress_ids"] = [i for i in eng.tok.special_ids.values() if i != eng.tok.eot_id]
+    ref = denoise(eng.model, ids, torch.tensor([len(ctx)]), n, cache=NoCache(), **kw)
+    m = int(ref.lengths[0])
+    assert got.text == eng.tok.decode(ref.tokens[0, :m].tolist())

@@ -92,3 +92,13 @@ def test_fit_prompt_cuts_outer_context_first_and_keeps_the_region() -> None:
     bare = fit_prompt(p, n, 300)
     assert bare is not None and bare.above == "" and bare.history == diffs[-1]
     assert fit_prompt(p, n, 50) is None
+
+
+def test_edit_canvas_pos_lines_up_with_the_region() -> None:
+    from model.prompt import edit_canvas_pos
+
+    rewrite, region_open = 7, 3
+    assert edit_canvas_pos([1, 2, 3, 9, 9, 4, 7], rewrite, region_open) == 3, "first token after the tag"
+    assert edit_canvas_pos([1, 2, 3, 9, 4], rewrite, region_open) == 5, "not an edit row: after the context"
+    assert edit_canvas_pos([1, 2, 9, 7], rewrite, region_open) == 4, "no region tag: after the context"
+    assert edit_canvas_pos([], rewrite, region_open) == 0

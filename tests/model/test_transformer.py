@@ -24,6 +24,22 @@ def test_context_cache_is_exact(model: Transformer) -> None:
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
 
 
+def test_canvas_positioned_at_a_region_is_exact_through_the_cache(model: Transformer) -> None:
+    ids = torch.randint(0, 300, (2, 50))
+    Lc, pos = (
+        37,
+        torch.tensor([5, 12]),
+    )  # each row's canvas shares rotary positions with its tokens 5.. / 12..
+    cache = model.encode_context(ids[:, :Lc], canvas_pos=pos)
+    cached = model.forward_canvas(ids[:, Lc:], cache)  # [B, 13, V]
+    full = model(ids, context_lens=torch.tensor([Lc, Lc]), canvas_pos=pos)[:, Lc:]
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
+    after = model(ids, context_lens=torch.tensor([Lc, Lc]))[:, Lc:]
+    assert not torch.allclose(full, after, atol=1e-3), "the canvas position changes what the model sees"
+    same = model(ids, context_lens=torch.tensor([Lc, Lc]), canvas_pos=torch.tensor([Lc, Lc]))[:, Lc:]
+    torch.testing.assert_close(same, after)
+
+
 def test_context_does_not_see_canvas(model: Transformer) -> None:
     ids = torch.randint(0, 300, (1, 30))
     other = ids.clone()
