@@ -42,7 +42,6 @@ from model.checkpoint import Checkpoint, load_checkpoint
 from model.prompt import (
     EDIT_OPEN,
     EditPrompt,
-    build_prompt,
     edit_canvas_pos,
     fim_window,
     fit_prompt,
@@ -150,14 +149,12 @@ class Engine:
         canvas = region_tokens + self.inference.edit_slack_tokens
         if req.max_tokens is not None:
             canvas = min(canvas, req.max_tokens)
-        prompt = req.prompt
         window = self.inference.window_tokens
-        if window is not None:
-            # cut as training rows were (model/data.py); a region too long for the window keeps the
-            # whole prompt: the 32k window still holds it, only the training distances are exceeded
-            fitted = fit_prompt(parsed, lambda text: len(self.tok.encode(text)), window - canvas - 1)
-            prompt = prompt if fitted is None else build_prompt(fitted)
-        return [*self.tok.encode(prompt), self.tok.rewrite_id], parsed, canvas
+        # cut as training rows were (model/data.py); a region too long for the window keeps the
+        # whole prompt: the 32k window still holds it, only the training distances are exceeded
+        fitted = None if window is None else fit_prompt(parsed, self.tok.encode, window - canvas - 1)
+        ids = self.tok.encode(req.prompt) if fitted is None else fitted[1]
+        return [*ids, self.tok.rewrite_id], parsed, canvas
 
     def _rule(self, o: SamplingOptions) -> tuple[UnmaskRule, int]:
         effort = o.effort or self.inference.default_effort

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model.prompt import EditPrompt, build_prompt, fim_window, fit_prompt, unified_diff
+from model.prompt import EditPrompt, fim_window, fit_prompt, unified_diff
 from model.synth import rename_example
 from model.tokenizer import Tokenizer
 
@@ -199,10 +199,10 @@ class RowBuilder:
         """``prompt <|rewrite|> answer`` padded with end-of-text, the prompt cut to fit (fit_prompt)."""
         canvas = self._canvas(self.tok.encode(new_region), 32)
         budget = self.L - len(canvas) - 1
-        fitted = fit_prompt(prompt, lambda text: len(self.tok.encode(text)), budget)
+        fitted = fit_prompt(prompt, self.tok.encode, budget)
         if fitted is None:
             return None
-        ctx = self.tok.encode(build_prompt(fitted)) + [self.tok.rewrite_id]
+        ctx = [*fitted[1], self.tok.rewrite_id]
         return Row(ctx + canvas, len(ctx))
 
 

@@ -193,13 +193,17 @@ def _first_lines(text: str, n: int) -> str:
     return "".join(text.splitlines(keepends=True)[:n])
 
 
-def fit_prompt(p: EditPrompt, n_tokens: Callable[[str], int], budget: int) -> EditPrompt | None:
-    """``p`` cut until its built prompt is at most ``budget`` tokens, or None when even the region
-    with the newest diff is too long. Cuts, in order: the recently viewed snippets; the file context
-    to 40, 16, 6 and 0 lines on each side; the history to its 3 newest diffs, then the newest.
-    Training rows (model/data.py) and inference (model/api.py) both cut with this, so they agree."""
-    if n_tokens(build_prompt(p)) <= budget:
-        return p
+def fit_prompt(
+    p: EditPrompt, encode: Callable[[str], list[int]], budget: int
+) -> tuple[EditPrompt, list[int]] | None:
+    """``p`` cut until its built prompt is at most ``budget`` tokens, with that prompt's tokens (so
+    callers never encode it twice), or None when even the region with the newest diff is too long.
+    Cuts, in order: the recently viewed snippets; the file context to 40, 16, 6 and 0 lines on each
+    side; the history to its 3 newest diffs, then the newest. Training rows (model/data.py) and
+    inference (model/api.py) both cut with this, so they agree."""
+    ids = encode(build_prompt(p))
+    if len(ids) <= budget:
+        return p, ids
     diffs = split_history(p.history)
     tried = p
     for keep in (40, 16, 6, 0):
@@ -210,11 +214,12 @@ def fit_prompt(p: EditPrompt, n_tokens: Callable[[str], int], budget: int) -> Ed
             below=_first_lines(p.below, keep),
             history="".join(diffs[-3:] if keep >= 16 else diffs[-1:]),
         )
-        if q == tried:  # this cut changes nothing: counting it again would only cost time
+        if q == tried:  # this cut changes nothing: encoding it again would only cost time
             continue
         tried = q
-        if n_tokens(build_prompt(q)) <= budget:
-            return q
+        ids = encode(build_prompt(q))
+        if len(ids) <= budget:
+            return q, ids
     return None
 
 

@@ -82,16 +82,20 @@ def test_fit_prompt_cuts_outer_context_first_and_keeps_the_region() -> None:
     diffs = [unified_diff("m.py", f"x = {i}\n", f"x = {i + 1}\n") for i in range(5)]
     p = EditPrompt("m.py", above, "y = 1\n", 0, below, [Snippet("o.py", "z = 2\n" * 50)], "".join(diffs))
     assert split_history(p.history) == diffs
-    n = len  # characters stand in for tokens
-    assert fit_prompt(p, n, 10**6) is p, "a prompt that fits is untouched"
-    q = fit_prompt(p, n, 800)
-    assert q is not None and n(build_prompt(q)) <= 800
+    enc = list  # characters stand in for tokens
+    kept = fit_prompt(p, enc, 10**6)
+    assert kept is not None and kept[0] is p, "a prompt that fits is untouched"
+    assert kept[1] == list(build_prompt(p)), "with the tokens of the prompt it kept"
+    cut = fit_prompt(p, enc, 800)
+    assert cut is not None
+    q, ids = cut
+    assert ids == list(build_prompt(q)) and len(ids) <= 800
     assert q.region == p.region and q.cursor == p.cursor and not q.snippets
     assert above.endswith(q.above) and below.startswith(q.below), "the lines nearest the region stay"
     assert q.history.endswith(diffs[-1])
-    bare = fit_prompt(p, n, 300)
-    assert bare is not None and bare.above == "" and bare.history == diffs[-1]
-    assert fit_prompt(p, n, 50) is None
+    bare = fit_prompt(p, enc, 300)
+    assert bare is not None and bare[0].above == "" and bare[0].history == diffs[-1]
+    assert fit_prompt(p, enc, 50) is None
 
 
 def test_edit_canvas_pos_lines_up_with_the_region() -> None:
