@@ -10,7 +10,8 @@ Design decisions:
   fit it exactly as training rows were: FIM keeps the prefix and suffix tokens nearest the cursor
   (``fim_window``); an edit prompt loses snippets, outer file lines and old diffs (``fit_prompt``).
   A checkpoint trained so (``edit_canvas_at_region``) places a rewrite's canvas at the rotary
-  positions of its region (``edit_canvas_pos``), exactly as its training rows were.
+  positions of its region (``edit_canvas_pos``), exactly as its training rows were; a
+  ``canvas_draft`` model also gets the region's tokens as the canvas's draft (``edit_draft``).
   Both are exactly the training layouts (model/data.py).
 - The context window is enforced, never truncated: prompt plus canvas beyond 32,768 tokens raises
   ``ContextTooLongError``.
@@ -43,6 +44,7 @@ from model.prompt import (
     EDIT_OPEN,
     EditPrompt,
     edit_canvas_pos,
+    edit_draft,
     fim_window,
     fit_prompt,
     parse_prompt,
@@ -205,6 +207,10 @@ class Engine:
             canvas_pos = torch.tensor(
                 [edit_canvas_pos(c, self.tok.rewrite_id, region_open) for c in contexts]
             )
+        draft = None
+        if self.model.cfg.canvas_draft:
+            rows = [edit_draft(c, self.tok, canvas_len) or [-1] * canvas_len for c in contexts]
+            draft = torch.tensor(rows, device=self.device)  # [B, N], -1 = none (FIM rows)
         gen = torch.Generator(device=self.device).manual_seed(o.seed)
         on_step = None
         if o.on_step is not None:
@@ -232,6 +238,7 @@ class Engine:
             should_stop=(o.cancel.is_set if o.cancel is not None else None),
             done=self._stop_hook([r.options.stop for r in reqs]),
             canvas_pos=None if canvas_pos is None else canvas_pos.to(self.device),
+            draft=draft,
         )
         latency = time.perf_counter() - t0
         out = []

@@ -53,6 +53,7 @@ def diffusion_loss(
     mask_id: int,
     generator: torch.Generator,
     canvas_pos: torch.Tensor | None = None,  # [B] rotary position of each canvas start (transformer.py)
+    draft: torch.Tensor | None = None,  # [B, L] draft token per position, -1 = none (transformer.py)
 ) -> tuple[torch.Tensor, dict]:
     noisy, masked, t = mask_batch(ids, context_lens, seq_lens, mask_id, generator)
     rows, cols = masked.nonzero(as_tuple=True)
@@ -60,7 +61,12 @@ def diffusion_loss(
         zero = model.embed.weight.sum() * 0.0
         return zero, {"masked": 0, "ce": 0.0}
     logits = model(
-        noisy, context_lens=context_lens, seq_lens=seq_lens, logits_index=(rows, cols), canvas_pos=canvas_pos
+        noisy,
+        context_lens=context_lens,
+        seq_lens=seq_lens,
+        logits_index=(rows, cols),
+        canvas_pos=canvas_pos,
+        draft=draft,
     )  # [N, V]
     ce = F.cross_entropy(logits.float(), ids[rows, cols], reduction="none")  # [N]
     canvas_len = (seq_lens - context_lens).clamp_min(1).float()  # [B]

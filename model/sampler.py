@@ -89,6 +89,7 @@ class CachePolicy(Protocol):
         context: torch.Tensor,
         lengths: torch.Tensor,
         canvas_pos: torch.Tensor | None,
+        draft: torch.Tensor | None = None,
     ) -> object: ...
 
     def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
@@ -105,8 +106,9 @@ class ContextCache:
         context: torch.Tensor,
         lengths: torch.Tensor,
         canvas_pos: torch.Tensor | None,
+        draft: torch.Tensor | None = None,
     ) -> KVCache:
-        return model.encode_context(context, lengths, canvas_pos)
+        return model.encode_context(context, lengths, canvas_pos, draft)
 
     def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
         assert isinstance(state, KVCache)
@@ -122,18 +124,22 @@ class NoCache:
         context: torch.Tensor,
         lengths: torch.Tensor,
         canvas_pos: torch.Tensor | None,
+        draft: torch.Tensor | None = None,
     ) -> object:
         if not bool((lengths == context.shape[1]).all()):
             raise ValueError("NoCache needs rows of equal context length")
-        return context, canvas_pos
+        return context, canvas_pos, draft
 
     @torch.no_grad()
     def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
         assert isinstance(state, tuple)
-        context, canvas_pos = state
+        context, canvas_pos, draft = state
         ids = torch.cat([context, canvas], dim=1)
         ctx = torch.full((ids.shape[0],), context.shape[1], device=ids.device)
-        return model(ids, context_lens=ctx, canvas_pos=canvas_pos)[:, context.shape[1] :][:, only]
+        if draft is not None:  # [B, Lc + N]: no draft over the context
+            draft = torch.cat([torch.full_like(context, -1), draft[:, : canvas.shape[1]]], dim=1)
+        logits = model(ids, context_lens=ctx, canvas_pos=canvas_pos, draft=draft)
+        return logits[:, context.shape[1] :][:, only]
 
 
 # ---- the loop ----------------------------------------------------------------------------------
@@ -199,6 +205,7 @@ def denoise(
     should_stop: Callable[[], bool] | None = None,
     done: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     canvas_pos: torch.Tensor | None = None,  # [B] rotary position of the canvas start (see transformer)
+    draft: torch.Tensor | None = None,  # [B, N] draft token per canvas position, -1 = none (transformer)
 ) -> SampleResult:
     """Decode ``canvas_len`` tokens after each row's context.
 
@@ -211,7 +218,7 @@ def denoise(
     canvas = torch.full((B, N), mask_id, dtype=torch.long, device=dev)  # [B, N]
     fixed = torch.zeros((B, N), dtype=torch.bool, device=dev)
     conf_out = torch.zeros((B, N), dtype=torch.float32, device=dev)
-    state = cache.prepare(model, context, context_lens, canvas_pos)
+    state = cache.prepare(model, context, context_lens, canvas_pos, draft)
     steps, canvases, cancelled = 0, [], False
     pos = torch.arange(N, device=dev)
     # never propose the mask token or layout tags: [V] additive bias, -inf on suppressed ids

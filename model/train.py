@@ -37,7 +37,7 @@ from model.data import (
     read_text,
 )
 from model.diffusion import diffusion_loss
-from model.prompt import EDIT_OPEN, edit_canvas_pos
+from model.prompt import EDIT_OPEN, edit_canvas_pos, edit_draft
 from model.tokenizer import Tokenizer, train_tokenizer
 from model.transformer import Transformer
 
@@ -60,6 +60,7 @@ class TrainConfig:
     init_from: Path | None = None  # start from a checkpoint directory (fine-tuning)
     warmup_steps: int | None = None  # None: ``warmup``
     precision: str = "auto"  # auto | bf16 | fp32; auto = bf16 only where the hardware computes it
+    canvas_draft: bool = False  # new models: next-edit canvases get the draft input (transformer.py)
 
 
 def bf16_supported(device: str) -> bool:
@@ -145,13 +146,21 @@ def prepare(
 
 
 def _batch(store: RowStore, idx: np.ndarray, device: str, tok: Tokenizer):
-    """(ids [B, L], context lengths [B], row lengths [B], canvas positions [B]) of rows ``idx``."""
+    """(ids [B, L], context lengths [B], row lengths [B], canvas positions [B], drafts [B, L]) of
+    rows ``idx``; a draft is -1 outside next-edit canvases (model/transformer.py)."""
     rows, meta = store.ids[idx], store.meta[idx]
     region_open = tok.special_ids[EDIT_OPEN]
-    pos = [edit_canvas_pos(r[:c].tolist(), tok.rewrite_id, region_open) for r, c in zip(rows, meta[:, 0])]
+    B, L = rows.shape
+    pos, draft = [], torch.full((B, L), -1, dtype=torch.long)
+    for b, (r, c) in enumerate(zip(rows, meta[:, 0])):
+        ctx = r[:c].tolist()
+        pos.append(edit_canvas_pos(ctx, tok.rewrite_id, region_open))
+        d = edit_draft(ctx, tok, L - int(c))
+        if d is not None:
+            draft[b, c:] = torch.tensor(d)
     ids = torch.from_numpy(rows.astype(np.int64)).to(device)
     m = torch.from_numpy(meta).to(device)
-    return ids, m[:, 0].long(), m[:, 1].long(), torch.tensor(pos, device=device)
+    return ids, m[:, 0].long(), m[:, 1].long(), torch.tensor(pos, device=device), draft.to(device)
 
 
 def _lr(step: int, cfg: TrainConfig) -> float:
@@ -175,14 +184,18 @@ def evaluate(
     out = {"val_loss": 0.0, "val_ce": 0.0}
     batches = 0
     for s in range(0, len(idx), 32):
-        ids, ctx, lens, pos = _batch(store, idx[s : s + 32], device, tok)
+        ids, ctx, lens, pos, draft = _batch(store, idx[s : s + 32], device, tok)
         with autocast(device, precision):
-            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, g, pos)
+            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, g, pos, draft)
         out["val_loss"] += float(loss)
         out["val_ce"] += stats["ce"]
         batches += 1
     model.train()
     return {k: v / max(1, batches) for k, v in out.items()}
+
+
+def _saved_model(state_path: Path) -> dict:
+    return torch.load(state_path, map_location="cpu", weights_only=False)["model"]
 
 
 def train(cfg: TrainConfig) -> Path:
@@ -195,6 +208,7 @@ def train(cfg: TrainConfig) -> Path:
     tok = Tokenizer.load(Path(cfg.data_dir) / "tokenizer.json")
     # a model trained on rows of L tokens sees FIM context cut to L at inference too (model/api.py)
     inference = InferenceConfig(window_tokens=data.L, edit_canvas_at_region=True)
+    state_path = run / "state.pt"
     if cfg.init_from is not None:
         ck = load_checkpoint(cfg.init_from)
         model, inference = ck.model.train(), ck.inference
@@ -203,7 +217,11 @@ def train(cfg: TrainConfig) -> Path:
             raise ValueError("fine-tuning data must be tokenized with the checkpoint's tokenizer")
     else:
         mcfg = PRESETS[cfg.preset]
-        model = Transformer(ModelConfig.from_dict({**mcfg.to_dict(), "vocab_size": tok.vocab_size}))
+        # a run started with the draft input keeps it when resumed without --canvas-draft
+        drafted = cfg.canvas_draft or (state_path.exists() and "draft_gain" in _saved_model(state_path))
+        model = Transformer(
+            ModelConfig.from_dict({**mcfg.to_dict(), "vocab_size": tok.vocab_size, "canvas_draft": drafted})
+        )
     model.to(cfg.device).train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -214,11 +232,14 @@ def train(cfg: TrainConfig) -> Path:
     )
     step, gen = 0, torch.Generator().manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    state_path = run / "state.pt"
     if state_path.exists():
         st = torch.load(state_path, map_location=cfg.device, weights_only=False)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
+        gained = model.draft_gain is not None and "draft_gain" not in st["model"]
+        # a run saved before it had the draft input goes on with it (gain 0: the same function)
+        # and a fresh optimizer, since its saved state does not cover the new parameter
+        model.load_state_dict(st["model"], strict=not gained)
+        if not gained:
+            opt.load_state_dict(st["opt"])
         step = st["step"]
         gen.set_state(st["gen"])
         rng = np.random.default_rng(st["rng_seed"] + step)
@@ -238,11 +259,11 @@ def train(cfg: TrainConfig) -> Path:
     t0, toks = time.time(), 0
     while step < cfg.steps:
         idx = np.sort(rng.integers(0, data.n, cfg.batch_size))
-        ids, ctx, lens, pos = _batch(data, idx, cfg.device, tok)
+        ids, ctx, lens, pos, draft = _batch(data, idx, cfg.device, tok)
         for g in opt.param_groups:
             g["lr"] = _lr(step, cfg)
         with autocast(cfg.device, cfg.precision):
-            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, gen, pos)
+            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, gen, pos, draft)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -68,6 +68,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("auto", "bf16", "fp32"),
         help="auto: bf16 autocast only on CUDA or CPUs with native bf16 (AVX-512 BF16/AMX)",
     )
+    p.add_argument(
+        "--canvas-draft",
+        action="store_true",
+        help="give next-edit canvases the region's tokens as a draft input (model/transformer.py); "
+        "a run saved without it gains it on resume, one saved with it keeps it",
+    )
     p.add_argument("--vocab-size", type=int, default=8192)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0)
@@ -160,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         decay_start=args.decay_start,
         warmup_steps=args.warmup,
         precision=args.precision,
+        canvas_draft=args.canvas_draft,
     )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")

@@ -130,3 +130,18 @@ def test_implied_end_of_text_is_not_a_decision() -> None:
     assert got.tolist() == [[0.25, 0.0, 0.0, 0.0], [0.25, 0.5, 0.75, 1.0]]
     # the baseline then commits the run's start (filling the tail), not the canvas's last position
     assert TopKRule(1).select(got, active)[0].tolist() == [True, False, False, False]
+
+
+def test_draft_is_exact_through_the_cache() -> None:
+    torch.manual_seed(0)
+    m = Transformer(
+        ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": V, "canvas_draft": True})
+    )
+    with torch.no_grad():
+        m.draft_gain.fill_(2.0)
+    draft = torch.randint(2, V, (2, 24), generator=torch.Generator().manual_seed(3))
+    a = _run(m.eval(), cache=ContextCache(), draft=draft)
+    b = _run(m, cache=NoCache(), draft=draft)
+    c = _run(m, cache=ContextCache())
+    assert torch.equal(a.tokens, b.tokens) and a.steps == b.steps
+    assert not torch.equal(a.tokens, c.tokens), "the draft reaches the denoising steps"

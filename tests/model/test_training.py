@@ -207,3 +207,24 @@ def test_export_keeps_fp32_when_asked(tiny_checkpoint, tmp_path) -> None:
             load_checkpoint(tiny_checkpoint).model.embed.weight.float(),
             atol=1e-2,
         )
+
+
+def test_a_run_gains_the_draft_input_on_resume_and_keeps_it(tmp_path) -> None:
+    """``--canvas-draft`` on a saved run: same weights, a gain that learns from next-edit rows."""
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    b = RowBuilder(tok, 256, random.Random(0))
+    texts = ("".join(CORPUS[i : i + 8]) for i in range(0, len(CORPUS), 2))
+    rows = [r for r in (b.rename("pkg/mod.py", t) for t in texts) if r][:16]
+    assert len(rows) == 16
+    RowStore.write(tmp_path / "data" / "train", iter(rows), len(rows), 256, tok.eot_id)
+    tok.save(tmp_path / "data" / "tokenizer.json")
+    cfg = TrainConfig(run_dir=tmp_path / "run", data_dir=tmp_path / "data", preset="tiny", steps=3)
+    cfg.batch_size, cfg.eval_every, cfg.warmup = 4, 3, 1
+    train(cfg)
+    assert not load_checkpoint(tmp_path / "run" / "checkpoint").model.cfg.canvas_draft
+    cfg.steps, cfg.canvas_draft = 6, True
+    ck = load_checkpoint(train(cfg))
+    assert ck.model.cfg.canvas_draft and float(ck.model.draft_gain.abs().sum()) > 0, "the gain learned"
+    cfg.steps, cfg.canvas_draft = 9, False  # resumed without the flag: the run keeps its draft input
+    ck = load_checkpoint(train(cfg))
+    assert ck.model.cfg.canvas_draft and ck.meta["step"] == 9

@@ -89,3 +89,40 @@ def test_32k_context_forward_fits(model: Transformer) -> None:
     cache = model.encode_context(ids)
     logits = model.forward_canvas(torch.randint(0, 300, (1, 8)), cache)
     assert logits.shape == (1, 8, 300) and torch.isfinite(logits).all()
+
+
+def _drafted(gain: float) -> Transformer:
+    torch.manual_seed(0)
+    cfg = {**PRESETS["tiny"].to_dict(), "vocab_size": 300, "canvas_draft": True}
+    m = Transformer(ModelConfig.from_dict(cfg)).eval()
+    with torch.no_grad():
+        m.draft_gain.fill_(gain)
+    return m
+
+
+def test_draft_is_exact_through_the_cache_and_only_touches_the_canvas() -> None:
+    m = _drafted(1.0)
+    ids = torch.randint(0, 300, (2, 50))
+    Lc, N = 37, 13
+    draft = torch.randint(0, 300, (2, N))
+    draft[1] = -1  # a row without a draft (FIM)
+    full_draft = torch.cat([torch.full((2, Lc), -1), draft], dim=1)  # [B, L]
+    ctx = torch.tensor([Lc, Lc])
+    cached = m.forward_canvas(ids[:, Lc:], m.encode_context(ids[:, :Lc], draft=draft))
+    full = m(ids, context_lens=ctx, draft=full_draft)[:, Lc:]
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
+    plain = m(ids, context_lens=ctx)[:, Lc:]
+    assert not torch.allclose(full[0], plain[0], atol=1e-3), "a draft changes what its canvas sees"
+    torch.testing.assert_close(full[1], plain[1]), "no draft (-1): nothing added"
+
+
+def test_draft_gain_starts_at_zero_so_a_model_is_unchanged() -> None:
+    torch.manual_seed(0)
+    m = Transformer(
+        ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 300, "canvas_draft": True})
+    )
+    assert float(m.draft_gain.abs().sum()) == 0.0
+    ids = torch.randint(0, 300, (1, 30))
+    draft = torch.cat([torch.full((1, 20), -1), torch.randint(0, 300, (1, 10))], dim=1)
+    ctx = torch.tensor([20])
+    torch.testing.assert_close(m(ids, context_lens=ctx, draft=draft), m(ids, context_lens=ctx))
