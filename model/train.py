@@ -194,6 +194,9 @@ def evaluate(
     return {k: v / max(1, batches) for k, v in out.items()}
 
 
+DRAFT_PARAMS = {"draft_gain", "copy_gate.weight", "copy_gate.bias"}  # what --canvas-draft adds
+
+
 def _saved_model(state_path: Path) -> dict:
     return torch.load(state_path, map_location="cpu", weights_only=False)["model"]
 
@@ -234,9 +237,11 @@ def train(cfg: TrainConfig) -> Path:
     rng = np.random.default_rng(cfg.seed)
     if state_path.exists():
         st = torch.load(state_path, map_location=cfg.device, weights_only=False)
-        gained = model.draft_gain is not None and "draft_gain" not in st["model"]
-        # a run saved before it had the draft input goes on with it (gain 0: the same function)
-        # and a fresh optimizer, since its saved state does not cover the new parameter
+        gained = set(model.state_dict()) - set(st["model"])
+        if gained - DRAFT_PARAMS:
+            raise ValueError(f"{state_path} lacks {sorted(gained - DRAFT_PARAMS)}: not this model's state")
+        # a run saved before it had the draft input goes on with it (at its starting values) and a
+        # fresh optimizer, since its saved state does not cover the new parameters
         model.load_state_dict(st["model"], strict=not gained)
         if not gained:
             opt.load_state_dict(st["opt"])

@@ -196,7 +196,7 @@ def test_edit_canvas_at_region_matches_the_uncached_model(tiny_checkpoint) -> No
 
 def test_a_draft_model_gets_the_region_as_its_edit_canvas_draft(tiny_checkpoint) -> None:
     """The engine hands a ``canvas_draft`` model the region's tokens (prompt.edit_draft): with a
-    large gain, a tiny random model's rewrite follows the draft; FIM requests get no draft."""
+    large copy bonus, a tiny random model's rewrite is the draft; FIM requests get no draft."""
     from model.config import ModelConfig
     from model.prompt import EditPrompt, build_prompt
     from model.transformer import Transformer
@@ -205,7 +205,8 @@ def test_a_draft_model_gets_the_region_as_its_edit_canvas_draft(tiny_checkpoint)
     base = eng.model
     cfg = ModelConfig.from_dict({**base.cfg.to_dict(), "canvas_draft": True})
     drafted = Transformer(cfg).eval()
-    drafted.load_state_dict({**base.state_dict(), "draft_gain": torch.zeros(cfg.dim)})
+    zero = {"draft_gain": torch.zeros(cfg.dim), "copy_gate.weight": torch.zeros(1, cfg.dim)}
+    drafted.load_state_dict({**base.state_dict(), **zero, "copy_gate.bias": torch.zeros(1)})  # no draft
     region = "total = count + 1\n"
     prompt = build_prompt(EditPrompt("m.py", "count = 0\n", region, 0, "", [], ""))
     fim = FimRequest("def f(x):\n    return ", "\n")
@@ -213,6 +214,6 @@ def test_a_draft_model_gets_the_region_as_its_edit_canvas_draft(tiny_checkpoint)
     eng.model = drafted
     assert (eng.complete(EditRequest(prompt)).text, eng.complete(fim).text) == before, "gain 0: unchanged"
     with torch.no_grad():
-        drafted.draft_gain.fill_(1000.0)  # the draft's embedding swamps the mask's: logits favour it
+        drafted.copy_gate.bias.fill_(1000.0)  # copy, whatever the network says
     assert eng.complete(EditRequest(prompt)).text == region
     assert eng.complete(fim).text == before[1], "FIM rows have no draft"

@@ -116,13 +116,30 @@ def test_draft_is_exact_through_the_cache_and_only_touches_the_canvas() -> None:
     torch.testing.assert_close(full[1], plain[1]), "no draft (-1): nothing added"
 
 
-def test_draft_gain_starts_at_zero_so_a_model_is_unchanged() -> None:
+def test_draft_gain_starts_at_one_leaning_the_canvas_toward_its_draft() -> None:
     torch.manual_seed(0)
     m = Transformer(
         ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 300, "canvas_draft": True})
     )
-    assert float(m.draft_gain.abs().sum()) == 0.0
+    assert torch.equal(m.draft_gain.detach(), torch.ones(m.cfg.dim))
     ids = torch.randint(0, 300, (1, 30))
     draft = torch.cat([torch.full((1, 20), -1), torch.randint(0, 300, (1, 10))], dim=1)
     ctx = torch.tensor([20])
-    torch.testing.assert_close(m(ids, context_lens=ctx, draft=draft), m(ids, context_lens=ctx))
+    with_draft = m(ids, context_lens=ctx, draft=draft)
+    torch.testing.assert_close(with_draft[:, :20], m(ids, context_lens=ctx)[:, :20]), "context untouched"
+    assert not torch.allclose(with_draft[:, 20:], m(ids, context_lens=ctx)[:, 20:])
+
+
+def test_copy_gate_adds_its_bonus_to_the_draft_token_only() -> None:
+    m = _drafted(0.0)  # no draft embedding: only the copy logit differs
+    ids = torch.randint(0, 300, (1, 30))
+    draft = torch.cat([torch.full((1, 20), -1), torch.randint(0, 300, (1, 10))], dim=1)  # [1, 30]
+    ctx = torch.tensor([20])
+    diff = m(ids, context_lens=ctx, draft=draft) - m(ids, context_lens=ctx)  # [1, 30, V]
+    want = torch.zeros_like(diff)
+    want[0, torch.arange(20, 30), draft[0, 20:]] = 4.0
+    torch.testing.assert_close(diff, want, atol=1e-4, rtol=0)
+    picked = m(ids, context_lens=ctx, draft=draft, logits_index=(torch.tensor([0, 0]), torch.tensor([3, 25])))
+    torch.testing.assert_close(
+        picked - m(ids, context_lens=ctx)[0, [3, 25]], want[0, [3, 25]], atol=1e-4, rtol=0
+    )
