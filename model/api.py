@@ -11,7 +11,8 @@ Design decisions:
   (``fim_window``); an edit prompt loses snippets, outer file lines and old diffs (``fit_prompt``).
   A checkpoint trained so (``edit_canvas_at_region``) places a rewrite's canvas at the rotary
   positions of its region (``edit_canvas_pos``), exactly as its training rows were; a
-  ``canvas_draft`` model also gets the region's tokens as the canvas's draft (``edit_draft``).
+  ``canvas_draft`` model also gets the region's tokens as the canvas's draft, aligned on what each
+  row has written before every step (model/draft.py).
   Both are exactly the training layouts (model/data.py).
 - The context window is enforced, never truncated: prompt plus canvas beyond 32,768 tokens raises
   ``ContextTooLongError``.
@@ -40,11 +41,12 @@ from pathlib import Path
 import torch
 
 from model.checkpoint import Checkpoint, load_checkpoint
+from model.draft import step_drafts
 from model.prompt import (
     EDIT_OPEN,
     EditPrompt,
     edit_canvas_pos,
-    edit_draft,
+    edit_region_tokens,
     fim_window,
     fit_prompt,
     parse_prompt,
@@ -208,9 +210,8 @@ class Engine:
                 [edit_canvas_pos(c, self.tok.rewrite_id, region_open) for c in contexts]
             )
         draft = None
-        if self.model.cfg.canvas_draft:
-            rows = [edit_draft(c, self.tok, canvas_len) or [-1] * canvas_len for c in contexts]
-            draft = torch.tensor(rows, device=self.device)  # [B, N], -1 = none (FIM rows)
+        if self.model.cfg.canvas_draft:  # FIM rows have no region: None, no draft
+            draft = step_drafts([edit_region_tokens(c, self.tok) for c in contexts], self.tok.eot_id)
         gen = torch.Generator(device=self.device).manual_seed(o.seed)
         on_step = None
         if o.on_step is not None:

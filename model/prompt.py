@@ -171,11 +171,11 @@ def edit_canvas_pos(context: Sequence[int], rewrite_id: int, region_open_id: int
     return n
 
 
-def edit_draft(context: Sequence[int], tok, length: int) -> list[int] | None:
-    """The draft of a next-edit row's ``length``-token canvas (see model/transformer.py): its region
-    as the answer would be tokenized, then end-of-text, read back from the row's context (``tok``:
-    model.tokenizer.Tokenizer). None for any other row. Reading it from the context tokens, not the
-    request, is what makes training rows (which hold only tokens) and the engine agree exactly."""
+def edit_region_tokens(context: Sequence[int], tok) -> list[int] | None:
+    """The region of a next-edit row as its answer would be tokenized (without the cursor tag that
+    splits a token in the prompt), read back from the row's context (``tok``: model.tokenizer.
+    Tokenizer); None for any other row. Reading it from the context tokens, not the request, is what
+    makes training rows (which hold only tokens) and the engine agree exactly (model/draft.py)."""
     ctx = list(context)
     if not ctx or ctx[-1] != tok.rewrite_id:
         return None
@@ -186,8 +186,7 @@ def edit_draft(context: Sequence[int], tok, length: int) -> list[int] | None:
     b = ctx.index(close_id, a)
     cursor_id = tok.special_ids[CURSOR]
     text = tok.decode(t for t in ctx[a:b] if t != cursor_id)
-    region = tok.encode(_strip_one_newline(text))
-    return (region + [tok.eot_id] * length)[:length]
+    return tok.encode(_strip_one_newline(text))
 
 
 def split_history(history: str) -> list[str]:

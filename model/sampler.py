@@ -25,6 +25,8 @@ Alg. 2 with low-confidence remasking). Design decisions:
   holds a stop sequence (model/api.py). Such a row's undecided positions become end-of-text, exactly
   as after a committed end-of-text, so one rule ends a row whichever way it finished. The sampler
   knows nothing of text; the hook sees only tokens.
+- Draft hook (``draft``): a ``canvas_draft`` model gets, before every step, the region token each
+  canvas position would copy, aligned on what each row has committed so far (model/draft.py).
 - Committed tokens are never re-masked or changed; the mask token and layout tags are never proposed.
 - Pure with respect to randomness: sampling (temperature > 0) draws only from the explicit
   ``torch.Generator``; greedy decoding draws nothing.
@@ -89,11 +91,12 @@ class CachePolicy(Protocol):
         context: torch.Tensor,
         lengths: torch.Tensor,
         canvas_pos: torch.Tensor | None,
-        draft: torch.Tensor | None = None,
     ) -> object: ...
 
-    def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
-        """Logits [B, n, V] of the canvas positions ``only`` (the active block)."""
+    def logits(
+        self, model: Transformer, state: object, canvas: torch.Tensor, only: slice, draft: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Logits [B, n, V] of the canvas positions ``only`` (the active block); draft [B, N] or None."""
         ...
 
 
@@ -106,13 +109,14 @@ class ContextCache:
         context: torch.Tensor,
         lengths: torch.Tensor,
         canvas_pos: torch.Tensor | None,
-        draft: torch.Tensor | None = None,
     ) -> KVCache:
-        return model.encode_context(context, lengths, canvas_pos, draft)
+        return model.encode_context(context, lengths, canvas_pos)
 
-    def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
+    def logits(
+        self, model: Transformer, state: object, canvas: torch.Tensor, only: slice, draft: torch.Tensor | None
+    ) -> torch.Tensor:
         assert isinstance(state, KVCache)
-        return model.forward_canvas(canvas, state, only)
+        return model.forward_canvas(canvas, state, only, draft)
 
 
 class NoCache:
@@ -124,16 +128,17 @@ class NoCache:
         context: torch.Tensor,
         lengths: torch.Tensor,
         canvas_pos: torch.Tensor | None,
-        draft: torch.Tensor | None = None,
     ) -> object:
         if not bool((lengths == context.shape[1]).all()):
             raise ValueError("NoCache needs rows of equal context length")
-        return context, canvas_pos, draft
+        return context, canvas_pos
 
     @torch.no_grad()
-    def logits(self, model: Transformer, state: object, canvas: torch.Tensor, only: slice) -> torch.Tensor:
+    def logits(
+        self, model: Transformer, state: object, canvas: torch.Tensor, only: slice, draft: torch.Tensor | None
+    ) -> torch.Tensor:
         assert isinstance(state, tuple)
-        context, canvas_pos, draft = state
+        context, canvas_pos = state
         ids = torch.cat([context, canvas], dim=1)
         ctx = torch.full((ids.shape[0],), context.shape[1], device=ids.device)
         if draft is not None:  # [B, Lc + N]: no draft over the context
@@ -205,12 +210,13 @@ def denoise(
     should_stop: Callable[[], bool] | None = None,
     done: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     canvas_pos: torch.Tensor | None = None,  # [B] rotary position of the canvas start (see transformer)
-    draft: torch.Tensor | None = None,  # [B, N] draft token per canvas position, -1 = none (transformer)
+    draft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> SampleResult:
     """Decode ``canvas_len`` tokens after each row's context.
 
     ``done(canvas [B, N], fixed [B, N]) -> [B] bool`` is asked after every step; rows it marks end
-    there (their undecided positions become end-of-text).
+    there (their undecided positions become end-of-text). ``draft(canvas [B, N], fixed [B, N]) ->
+    [B, N]`` gives a ``canvas_draft`` model its draft tokens (-1 = none) before every step (model/draft.py).
     """
     cache = cache or ContextCache()
     B, N, dev = context.shape[0], canvas_len, context.device
@@ -218,7 +224,7 @@ def denoise(
     canvas = torch.full((B, N), mask_id, dtype=torch.long, device=dev)  # [B, N]
     fixed = torch.zeros((B, N), dtype=torch.bool, device=dev)
     conf_out = torch.zeros((B, N), dtype=torch.float32, device=dev)
-    state = cache.prepare(model, context, context_lens, canvas_pos, draft)
+    state = cache.prepare(model, context, context_lens, canvas_pos)
     steps, canvases, cancelled = 0, [], False
     pos = torch.arange(N, device=dev)
     # never propose the mask token or layout tags: [V] additive bias, -inf on suppressed ids
@@ -239,7 +245,8 @@ def denoise(
                 seen.scatter_(1, torch.where(fixed, canvas, eot_id), 1.0)  # tokens already committed
                 seen[:, eot_id] = 0.0
                 penalty = penalty + seen * presence_penalty
-            logits = cache.logits(model, state, canvas, blk)  # [B, n, V]
+            drafts = None if draft is None else draft(canvas, fixed)  # [B, N]
+            logits = cache.logits(model, state, canvas, blk, drafts)  # [B, n, V]
             steps += 1
             tok, conf = choose_tokens(logits, temperature, top_p, generator, penalty)
             commit = rule.select(informative(tok, conf, active, eot_id), active)  # [B, n]

@@ -37,7 +37,8 @@ from model.data import (
     read_text,
 )
 from model.diffusion import diffusion_loss
-from model.prompt import EDIT_OPEN, edit_canvas_pos, edit_draft
+from model.draft import align_draft
+from model.prompt import EDIT_OPEN, edit_canvas_pos, edit_region_tokens
 from model.tokenizer import Tokenizer, train_tokenizer
 from model.transformer import Transformer
 
@@ -155,9 +156,11 @@ def _batch(store: RowStore, idx: np.ndarray, device: str, tok: Tokenizer):
     for b, (r, c) in enumerate(zip(rows, meta[:, 0])):
         ctx = r[:c].tolist()
         pos.append(edit_canvas_pos(ctx, tok.rewrite_id, region_open))
-        d = edit_draft(ctx, tok, L - int(c))
-        if d is not None:
-            draft[b, c:] = torch.tensor(d)
+        region = edit_region_tokens(ctx, tok)
+        if region is not None:  # aligned on the whole answer: every opcode known (model/draft.py)
+            answer = r[c:].tolist()
+            answer = answer[: answer.index(tok.eot_id)] if tok.eot_id in answer else answer
+            draft[b, c:] = torch.tensor(align_draft(region, answer, L - int(c), tok.eot_id))
     ids = torch.from_numpy(rows.astype(np.int64)).to(device)
     m = torch.from_numpy(meta).to(device)
     return ids, m[:, 0].long(), m[:, 1].long(), torch.tensor(pos, device=device), draft.to(device)

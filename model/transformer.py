@@ -26,8 +26,9 @@ Design decisions:
   rewrite copies its region, and a 7M-parameter model trained on ~30M CPU tokens did not learn to
   copy through attention (a third of region tokens right with 90% of the canvas visible), whereas a
   token's own input is a path one layer can use. ``draft`` is -1 where there is none (context, FIM
-  and plain rows), so other rows are unaffected. The same tokens go in at every denoising step, so
-  the draft lives with the context cache.
+  and plain rows), so other rows are unaffected. Which region token a position copies depends on
+  what was written before it (model/draft.py), so the draft is an input of every canvas step, not
+  part of the context cache.
 - *Copy logit* (same models): the draft token's logit also gets ``copy_gate(h)``, a learned scalar
   per position (a pointer-generator-style copy, See et al. 2017, Eq. 9, as a logit bonus instead of
   a mixture). It starts as a constant +4, so "keep the region's token" is the default answer from the
@@ -80,7 +81,6 @@ class KVCache:
     valid: torch.Tensor  # [B, Lc] bool
     lengths: torch.Tensor  # [B] number of real context tokens per row
     canvas_pos: torch.Tensor  # [B] rotary position of each row's first canvas token
-    draft: torch.Tensor | None = None  # [B, N] region token per canvas position, -1 = none
 
     @property
     def context_len(self) -> int:
@@ -239,11 +239,9 @@ class Transformer(nn.Module):
         ids: torch.Tensor,
         lengths: torch.Tensor | None = None,
         canvas_pos: torch.Tensor | None = None,
-        draft: torch.Tensor | None = None,
     ) -> KVCache:
         """Run the context once. ids [B, Lc], left-aligned with right padding; lengths [B];
-        canvas_pos [B] (default: ``lengths``, the canvas right after the context); draft [B, N], the
-        canvas's draft tokens (-1 = none), kept for every canvas step."""
+        canvas_pos [B] (default: ``lengths``, the canvas right after the context)."""
         B, Lc = ids.shape
         self._check_len(Lc)
         if lengths is None:
@@ -258,12 +256,19 @@ class Transformer(nn.Module):
             x, k, v = layer(x, cos, sin, None, kv_lens=kv_lens)
             keys.append(k)
             values.append(v)
-        return KVCache(keys, values, valid, lengths, lengths if canvas_pos is None else canvas_pos, draft)
+        return KVCache(keys, values, valid, lengths, lengths if canvas_pos is None else canvas_pos)
 
     @torch.no_grad()
-    def forward_canvas(self, canvas: torch.Tensor, cache: KVCache, only: slice | None = None) -> torch.Tensor:
+    def forward_canvas(
+        self,
+        canvas: torch.Tensor,
+        cache: KVCache,
+        only: slice | None = None,
+        draft: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Logits [B, N, V] for the canvas [B, N] given a cached context; ``only`` keeps the positions
-        being decoded (the vocabulary projection of the others would be thrown away)."""
+        being decoded (the vocabulary projection of the others would be thrown away); draft [B, N]
+        (-1 = none) for ``canvas_draft`` models."""
         B, N = canvas.shape
         self._check_len(int(cache.lengths.max()) + N)
         # canvas positions start at each row's canvas_pos (by default right after its real context)
@@ -271,7 +276,6 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
         # keys are [cached context ; canvas]; only the context can hold padding
         kv_lens = None if bool(cache.valid.all()) else cache.lengths
-        draft = None if cache.draft is None else cache.draft[:, :N]
         x = self._embed(canvas, draft)
         for layer, k, v in zip(self.layers, cache.keys, cache.values):
             x, _, _ = layer(x, cos, sin, None, past=(k, v), kv_lens=kv_lens)

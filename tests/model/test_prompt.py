@@ -108,15 +108,14 @@ def test_edit_canvas_pos_lines_up_with_the_region() -> None:
     assert edit_canvas_pos([], rewrite, region_open) == 0
 
 
-def test_edit_draft_is_the_region_as_the_answer_tokenizes_then_end_of_text(tiny_checkpoint) -> None:
+def test_edit_region_tokens_are_the_region_as_the_answer_tokenizes(tiny_checkpoint) -> None:
     from model.checkpoint import load_checkpoint
-    from model.prompt import edit_draft
+    from model.prompt import edit_region_tokens
 
     tok = load_checkpoint(tiny_checkpoint).tokenizer
     ctx = [*tok.encode(build_prompt(P)), tok.rewrite_id]
-    region = tok.encode(P.region)  # the cursor tag split a token in the prompt; not in the draft
-    assert edit_draft(ctx, tok, len(region) + 3) == region + [tok.eot_id] * 3
-    assert edit_draft(ctx, tok, 2) == region[:2]
+    # the cursor tag splits a token in the prompt; the region's tokens are those of its plain text
+    assert edit_region_tokens(ctx, tok) == tok.encode(P.region)
     fim = [tok.fim_prefix_id, *tok.encode("x = "), tok.fim_suffix_id, tok.fim_middle_id]
-    assert edit_draft(fim, tok, 5) is None
-    assert edit_draft(ctx[:-1], tok, 5) is None, "a row without <|rewrite|> is not a next-edit canvas"
+    assert edit_region_tokens(fim, tok) is None
+    assert edit_region_tokens(ctx[:-1], tok) is None, "a row without <|rewrite|> is not a next-edit canvas"

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from model.config import PRESETS, ModelConfig
+from model.draft import step_drafts
 from model.sampler import ContextCache, NoCache, ThresholdRule, TopKRule, denoise
 from model.transformer import Transformer
 
@@ -139,9 +140,30 @@ def test_draft_is_exact_through_the_cache() -> None:
     )
     with torch.no_grad():
         m.draft_gain.fill_(2.0)
-    draft = torch.randint(2, V, (2, 24), generator=torch.Generator().manual_seed(3))
-    a = _run(m.eval(), cache=ContextCache(), draft=draft)
-    b = _run(m, cache=NoCache(), draft=draft)
+    regions = [torch.randint(2, V, (18,), generator=torch.Generator().manual_seed(3)).tolist(), None]
+    seen = []
+
+    def hook(canvas, fixed):
+        seen.append(fixed.sum().item())
+        return step_drafts(regions, EOT)(canvas, fixed)
+
+    a = _run(m.eval(), cache=ContextCache(), draft=hook)
+    b = _run(m, cache=NoCache(), draft=step_drafts(regions, EOT))
     c = _run(m, cache=ContextCache())
     assert torch.equal(a.tokens, b.tokens) and a.steps == b.steps
-    assert not torch.equal(a.tokens, c.tokens), "the draft reaches the denoising steps"
+    assert len(seen) == a.steps and seen == sorted(seen), "asked before every step, as tokens commit"
+    assert a.tokens[0, :18].tolist() == regions[0], "the copy gate's +4 on a random model: the region"
+    assert not torch.equal(a.tokens[0], c.tokens[0]) and torch.equal(a.tokens[1], c.tokens[1])
+
+
+def test_aligned_draft_follows_a_change_of_length() -> None:
+    from model.draft import align_draft
+
+    region = [10, 11, 12, 13, 14]
+    assert align_draft(region, [], 7, EOT) == [10, 11, 12, 13, 14, EOT, EOT], "nothing written: the region"
+    # a rename to a longer name: 12 -> 20 21; the tokens after it still see what they copy
+    assert align_draft(region, [10, 11, 20, 21, 13, 14], 8, EOT) == [10, 11, 12, 13, 13, 14, EOT, EOT]
+    # written so far ends in the change: the rest continues the region after the replaced token
+    assert align_draft(region, [10, 11, 20], 6, EOT) == [10, 11, 12, 13, 14, EOT]
+    assert align_draft(region, [10, 11, 13, 14], 5, EOT) == [10, 11, 13, 14, EOT], "a deleted token"
+    assert align_draft(region, [10, 11, 12, 13, 14, 15], 7, EOT) == region + [EOT, EOT], "an added tail"

@@ -108,7 +108,7 @@ def test_draft_is_exact_through_the_cache_and_only_touches_the_canvas() -> None:
     draft[1] = -1  # a row without a draft (FIM)
     full_draft = torch.cat([torch.full((2, Lc), -1), draft], dim=1)  # [B, L]
     ctx = torch.tensor([Lc, Lc])
-    cached = m.forward_canvas(ids[:, Lc:], m.encode_context(ids[:, :Lc], draft=draft))
+    cached = m.forward_canvas(ids[:, Lc:], m.encode_context(ids[:, :Lc]), draft=draft)
     full = m(ids, context_lens=ctx, draft=full_draft)[:, Lc:]
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
     plain = m(ids, context_lens=ctx)[:, Lc:]
