@@ -41,12 +41,11 @@ from pathlib import Path
 import torch
 
 from model.checkpoint import Checkpoint, load_checkpoint
-from model.draft import step_drafts
+from model.draft import draft_region, step_drafts
 from model.prompt import (
     EDIT_OPEN,
     EditPrompt,
     edit_canvas_pos,
-    edit_region_tokens,
     fim_window,
     fit_prompt,
     parse_prompt,
@@ -211,7 +210,7 @@ class Engine:
             )
         draft = None
         if self.model.cfg.canvas_draft:  # FIM rows have no region: None, no draft
-            draft = step_drafts([edit_region_tokens(c, self.tok) for c in contexts], self.tok.eot_id)
+            draft = step_drafts([draft_region(c, self.tok) for c in contexts], self.tok.eot_id)
         gen = torch.Generator(device=self.device).manual_seed(o.seed)
         on_step = None
         if o.on_step is not None:

@@ -171,24 +171,6 @@ def edit_canvas_pos(context: Sequence[int], rewrite_id: int, region_open_id: int
     return n
 
 
-def edit_region_tokens(context: Sequence[int], tok) -> list[int] | None:
-    """The region of a next-edit row as its answer would be tokenized (without the cursor tag that
-    splits a token in the prompt), read back from the row's context (``tok``: model.tokenizer.
-    Tokenizer); None for any other row. Reading it from the context tokens, not the request, is what
-    makes training rows (which hold only tokens) and the engine agree exactly (model/draft.py)."""
-    ctx = list(context)
-    if not ctx or ctx[-1] != tok.rewrite_id:
-        return None
-    open_id, close_id = tok.special_ids[EDIT_OPEN], tok.special_ids[EDIT_CLOSE]
-    if open_id not in ctx or close_id not in ctx:
-        return None
-    a = ctx.index(open_id) + 1
-    b = ctx.index(close_id, a)
-    cursor_id = tok.special_ids[CURSOR]
-    text = tok.decode(t for t in ctx[a:b] if t != cursor_id)
-    return tok.encode(_strip_one_newline(text))
-
-
 def split_history(history: str) -> list[str]:
     """The history's unified diffs, oldest first (each opens with a ``--- `` / ``+++ `` pair)."""
     lines = history.splitlines(keepends=True)

@@ -37,8 +37,8 @@ from model.data import (
     read_text,
 )
 from model.diffusion import diffusion_loss
-from model.draft import align_draft
-from model.prompt import EDIT_OPEN, edit_canvas_pos, edit_region_tokens
+from model.draft import align_draft, draft_region
+from model.prompt import EDIT_OPEN, edit_canvas_pos
 from model.tokenizer import Tokenizer, train_tokenizer
 from model.transformer import Transformer
 
@@ -156,7 +156,7 @@ def _batch(store: RowStore, idx: np.ndarray, device: str, tok: Tokenizer):
     for b, (r, c) in enumerate(zip(rows, meta[:, 0])):
         ctx = r[:c].tolist()
         pos.append(edit_canvas_pos(ctx, tok.rewrite_id, region_open))
-        region = edit_region_tokens(ctx, tok)
+        region = draft_region(ctx, tok)
         if region is not None:  # aligned on the whole answer: every opcode known (model/draft.py)
             answer = r[c:].tolist()
             answer = answer[: answer.index(tok.eot_id)] if tok.eot_id in answer else answer

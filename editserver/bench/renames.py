@@ -12,6 +12,9 @@ Design decisions:
   least as often as the answer should, and the old name no more often: the rename happened even if
   some other character differs); *changed* (the model answered something other than the region);
   shown (the score clears the checkpoint's selectivity threshold); latency p50/p95; tokens/step.
+- Next to the model, the draft alone (``draft_exact``): the region with the history's renames
+  applied (model/draft.py), the input a ``canvas_draft`` model starts from. What the model adds is
+  the difference (it must keep strings, comments and other objects' attributes).
 - Regions longer than ``--max-region-chars`` are skipped: the LSP asks about small regions (1-8
   lines) around other occurrences.
 """
@@ -85,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from model.api import EditRequest, Engine
+    from model.draft import apply_renames, history_renames
     from model.prompt import build_prompt
 
     if not args.edits.is_dir():
@@ -98,13 +102,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     engine = Engine.load(args.model)
     lat, samples = [], []
-    exact = propagated = changed = shown = toks = steps = 0
+    exact = propagated = changed = shown = toks = steps = draft_exact = 0
     t0 = time.time()
     for p, answer, old, new in tqdm(exs, desc="renames", file=sys.stderr):
         c = engine.complete(EditRequest(build_prompt(p)))
         lat.append(c.latency_s * 1000)
         toks, steps = toks + c.completion_tokens, steps + c.steps
         ok = c.text == answer
+        draft_exact += apply_renames(p.region, history_renames(p.history)) == answer
         carried = _count(new, c.text) >= _count(new, answer) and _count(old, c.text) <= _count(old, answer)
         exact, propagated = exact + ok, propagated + carried
         changed += not c.unchanged
@@ -114,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     result = {
         "n": n,
         "exact_match": exact / n,
+        "draft_exact": draft_exact / n,
         "propagated": propagated / n,
         "changed": changed / n,
         "shown": shown / n,
@@ -127,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
         "samples": samples,
     }
     print(
-        f"n {n}  exact {result['exact_match']:.1%}  propagated {result['propagated']:.1%}  "
+        f"n {n}  exact {result['exact_match']:.1%}  (draft alone {result['draft_exact']:.1%})  "
+        f"propagated {result['propagated']:.1%}  "
         f"changed {result['changed']:.1%}  shown {result['shown']:.1%}  "
         f"tok/step {result['tokens_per_step']:.2f}  p50 {result['latency_ms']['p50']:.0f} ms  "
         f"p95 {result['latency_ms']['p95']:.0f} ms"

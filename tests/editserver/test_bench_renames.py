@@ -47,7 +47,7 @@ def test_bench_renames_end_to_end(tiny_checkpoint, tmp_path) -> None:
     assert r.returncode == 0, r.stderr
     d = json.loads(out.read_text())
     assert d["n"] == len(d["samples"]) > 0
-    for k in ("exact_match", "propagated", "changed", "shown"):
+    for k in ("exact_match", "draft_exact", "propagated", "changed", "shown"):
         assert 0.0 <= d[k] <= 1.0
     assert d["latency_ms"]["p50"] > 0 and "propagated" in r.stdout
     missing = subprocess.run([*cmd[:-1], str(tmp_path / "nope")], capture_output=True, text=True)

@@ -106,16 +106,3 @@ def test_edit_canvas_pos_lines_up_with_the_region() -> None:
     assert edit_canvas_pos([1, 2, 3, 9, 4], rewrite, region_open) == 5, "not an edit row: after the context"
     assert edit_canvas_pos([1, 2, 9, 7], rewrite, region_open) == 4, "no region tag: after the context"
     assert edit_canvas_pos([], rewrite, region_open) == 0
-
-
-def test_edit_region_tokens_are_the_region_as_the_answer_tokenizes(tiny_checkpoint) -> None:
-    from model.checkpoint import load_checkpoint
-    from model.prompt import edit_region_tokens
-
-    tok = load_checkpoint(tiny_checkpoint).tokenizer
-    ctx = [*tok.encode(build_prompt(P)), tok.rewrite_id]
-    # the cursor tag splits a token in the prompt; the region's tokens are those of its plain text
-    assert edit_region_tokens(ctx, tok) == tok.encode(P.region)
-    fim = [tok.fim_prefix_id, *tok.encode("x = "), tok.fim_suffix_id, tok.fim_middle_id]
-    assert edit_region_tokens(fim, tok) is None
-    assert edit_region_tokens(ctx[:-1], tok) is None, "a row without <|rewrite|> is not a next-edit canvas"

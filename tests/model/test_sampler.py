@@ -154,16 +154,3 @@ def test_draft_is_exact_through_the_cache() -> None:
     assert len(seen) == a.steps and seen == sorted(seen), "asked before every step, as tokens commit"
     assert a.tokens[0, :18].tolist() == regions[0], "the copy gate's +4 on a random model: the region"
     assert not torch.equal(a.tokens[0], c.tokens[0]) and torch.equal(a.tokens[1], c.tokens[1])
-
-
-def test_aligned_draft_follows_a_change_of_length() -> None:
-    from model.draft import align_draft
-
-    region = [10, 11, 12, 13, 14]
-    assert align_draft(region, [], 7, EOT) == [10, 11, 12, 13, 14, EOT, EOT], "nothing written: the region"
-    # a rename to a longer name: 12 -> 20 21; the tokens after it still see what they copy
-    assert align_draft(region, [10, 11, 20, 21, 13, 14], 8, EOT) == [10, 11, 12, 13, 13, 14, EOT, EOT]
-    # written so far ends in the change: the rest continues the region after the replaced token
-    assert align_draft(region, [10, 11, 20], 6, EOT) == [10, 11, 12, 13, 14, EOT]
-    assert align_draft(region, [10, 11, 13, 14], 5, EOT) == [10, 11, 13, 14, EOT], "a deleted token"
-    assert align_draft(region, [10, 11, 12, 13, 14, 15], 7, EOT) == region + [EOT, EOT], "an added tail"
