@@ -29,8 +29,8 @@ class ModelConfig:
     max_seq_len: int = CONTEXT_LENGTH
     norm_eps: float = 1e-6
     tie_embeddings: bool = True
-    # a next-edit canvas position also sees the region's token at its index (transformer.py, "draft");
-    # checkpoints from before it have no draft input and load with False
+    # a next-edit canvas position also sees the region token it would copy, as an input and a copy
+    # logit (transformer.py, model/draft.py); checkpoints from before it load with False
     canvas_draft: bool = False
 
     @property

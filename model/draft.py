@@ -41,7 +41,7 @@ from difflib import SequenceMatcher
 import torch
 from torch import Tensor
 
-from model.prompt import CURSOR, EDIT_CLOSE, EDIT_OPEN, HIST_CLOSE, HIST_OPEN
+from model.prompt import CURSOR, EDIT_CLOSE, EDIT_OPEN, HIST_CLOSE, HIST_OPEN, strip_one_newline
 
 _WORD = re.compile(r"\w+")
 
@@ -86,7 +86,7 @@ def draft_region(context: Sequence[int], tok) -> list[int] | None:
         return None
     a = ctx.index(ids[EDIT_OPEN]) + 1
     region = tok.decode(t for t in ctx[a : ctx.index(ids[EDIT_CLOSE], a)] if t != ids[CURSOR])
-    region = region[1:] if region.startswith("\n") else region  # the tag's own line break
+    region = strip_one_newline(region)  # the tag's own line break (prompt.build_prompt)
     history = ""
     if ids[HIST_OPEN] in ctx and ids[HIST_CLOSE] in ctx:
         h = ctx.index(ids[HIST_OPEN]) + 1

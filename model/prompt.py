@@ -93,7 +93,7 @@ def _between(text: str, open_tag: str, close_tag: str, *, required: bool) -> str
     return text[start + len(open_tag) : end]
 
 
-def _strip_one_newline(s: str) -> str:
+def strip_one_newline(s: str) -> str:
     return s[1:] if s.startswith("\n") else s
 
 
@@ -108,7 +108,7 @@ def parse_prompt(text: str) -> EditPrompt:
     n_cursors = body.count(CURSOR)
     if n_cursors > 1:
         raise PromptError(f"prompt has {n_cursors} {CURSOR} tags; exactly one is allowed")
-    body = _strip_one_newline(body)
+    body = strip_one_newline(body)
     file_path = ""
     if body.startswith(CURRENT_PATH):
         line_end = body.find("\n")
@@ -118,8 +118,8 @@ def parse_prompt(text: str) -> EditPrompt:
     region_raw = _between(body, EDIT_OPEN, EDIT_CLOSE, required=True)
     assert region_raw is not None
     above = body[: body.find(EDIT_OPEN)]
-    below = _strip_one_newline(body[body.find(EDIT_CLOSE) + len(EDIT_CLOSE) :])
-    region_raw = _strip_one_newline(region_raw)
+    below = strip_one_newline(body[body.find(EDIT_CLOSE) + len(EDIT_CLOSE) :])
+    region_raw = strip_one_newline(region_raw)
     if CURSOR in region_raw:
         cursor = region_raw.find(CURSOR)
         region = region_raw.replace(CURSOR, "", 1)
@@ -133,14 +133,14 @@ def parse_prompt(text: str) -> EditPrompt:
         end = chunk.find(SNIP_CLOSE)
         if end < 0:
             raise PromptError(f"{SNIP_OPEN} without its closing {SNIP_CLOSE}")
-        chunk = _strip_one_newline(chunk[:end])
+        chunk = strip_one_newline(chunk[:end])
         path = ""
         if chunk.startswith(SNIPPET_PATH):
             nl = chunk.find("\n")
             nl = len(chunk) if nl < 0 else nl
             path, chunk = chunk[len(SNIPPET_PATH) : nl].strip(), chunk[nl + 1 :]
         snippets.append(Snippet(path, chunk))
-    history = _strip_one_newline(_between(text, HIST_OPEN, HIST_CLOSE, required=False) or "")
+    history = strip_one_newline(_between(text, HIST_OPEN, HIST_CLOSE, required=False) or "")
     return EditPrompt(file_path, above, region, cursor, below, snippets, history)
 
 

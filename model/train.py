@@ -200,10 +200,6 @@ def evaluate(
 DRAFT_PARAMS = {"draft_gain", "copy_gate.weight", "copy_gate.bias"}  # what --canvas-draft adds
 
 
-def _saved_model(state_path: Path) -> dict:
-    return torch.load(state_path, map_location="cpu", weights_only=False)["model"]
-
-
 def train(cfg: TrainConfig) -> Path:
     run = Path(cfg.run_dir)
     run.mkdir(parents=True, exist_ok=True)
@@ -215,6 +211,8 @@ def train(cfg: TrainConfig) -> Path:
     # a model trained on rows of L tokens sees FIM context cut to L at inference too (model/api.py)
     inference = InferenceConfig(window_tokens=data.L, edit_canvas_at_region=True)
     state_path = run / "state.pt"
+    # read once: it says whether the run has the draft input, and it is what the run resumes from
+    st = torch.load(state_path, map_location=cfg.device, weights_only=False) if state_path.exists() else None
     if cfg.init_from is not None:
         ck = load_checkpoint(cfg.init_from)
         model, inference = ck.model.train(), ck.inference
@@ -224,7 +222,7 @@ def train(cfg: TrainConfig) -> Path:
     else:
         mcfg = PRESETS[cfg.preset]
         # a run started with the draft input keeps it when resumed without --canvas-draft
-        drafted = cfg.canvas_draft or (state_path.exists() and "draft_gain" in _saved_model(state_path))
+        drafted = cfg.canvas_draft or (st is not None and "draft_gain" in st["model"])
         model = Transformer(
             ModelConfig.from_dict({**mcfg.to_dict(), "vocab_size": tok.vocab_size, "canvas_draft": drafted})
         )
@@ -238,8 +236,7 @@ def train(cfg: TrainConfig) -> Path:
     )
     step, gen = 0, torch.Generator().manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    if state_path.exists():
-        st = torch.load(state_path, map_location=cfg.device, weights_only=False)
+    if st is not None:
         gained = set(model.state_dict()) - set(st["model"])
         if gained - DRAFT_PARAMS:
             raise ValueError(f"{state_path} lacks {sorted(gained - DRAFT_PARAMS)}: not this model's state")

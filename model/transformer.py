@@ -19,7 +19,8 @@ Design decisions:
   unchanged tokens is attention at relative distance 0 (learned as early as a previous-token head),
   instead of a variable-offset lookup a small model learns late.
 - *Draft input* (``canvas_draft`` models): canvas position j of a next-edit rewrite also gets the
-  embedding of the region's j-th token (end-of-text past its end), scaled by a learned per-channel
+  embedding of its draft token, the region token it would copy (model/draft.py: aligned on what was
+  written, end-of-text past the region's end), scaled by a learned per-channel
   gain that starts at 1: with tied embeddings, mask + draft embedding already leans the output
   toward the draft token, so copying is the starting point (a gain started at 0 moved to 0.014 in
   200 steps and changed nothing: too slow a start for CPU budgets). Most of a
