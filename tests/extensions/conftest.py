@@ -141,6 +141,13 @@ class Telemetry:
             return self.rows(sql + " ORDER BY id")
         return self.rows(sql + " WHERE suggestion_id = ? ORDER BY id", suggestion_id)
 
+    def wait_events(
+        self, suggestion_id: str, until: Callable[[list[tuple]], bool], what: str, timeout: float = 10
+    ) -> list[tuple]:
+        """The suggestion's events once ``until`` holds for them: clients send didShow, didAccept and
+        didReject as notifications, so their rows land asynchronously, after the editor has moved on."""
+        return wait_until(lambda: [ev for ev in [self.events(suggestion_id)] if until(ev)], timeout, what)[0]
+
     def suggestions(self, kind: str) -> list[tuple]:
         return self.rows("SELECT id, suggestion FROM suggestions WHERE kind = ? ORDER BY created", kind)
 

@@ -104,10 +104,9 @@ def test_type_see_ghost_text_accept_with_tab(nvim_factory, tiny_server, tmp_path
         expected,
     )
     assert n.lines()[-1].startswith("result = area(")
-    got = [e[1] for e in tel.events(item["id"])]
+    # The item's command (editserver.inlineAccepted) ran on accept: the server recorded it, after the show.
+    got = [e[1] for e in tel.wait_events(item["id"], lambda ev: any(e[1] == "accept" for e in ev), "accept")]
     assert got[0] == "show"
-    # The item's command (editserver.inlineAccepted) ran on accept: the server recorded it.
-    wait_until(lambda: "accept" in [e[1] for e in tel.events(item["id"])], 10, "the accept event")
 
 
 def test_partial_accept_word_and_dismiss(nvim_factory, tiny_server, tmp_path):

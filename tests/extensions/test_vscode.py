@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.extensions.conftest import REPO, Telemetry, quiet_env, wait_until
+from tests.extensions.conftest import REPO, Telemetry, quiet_env
 
 SOURCE = REPO / "extensions" / "vscode"
 COPY = [
@@ -82,13 +82,16 @@ def test_node_tests_against_real_language_server(ext, tiny_server, tmp_path):
     used = json.loads(result_file.read_text())
     tel = Telemetry(Path(used["telemetryPath"]))
     inline = used["inline"]
-    events = wait_until(lambda: tel.events(inline["id"]), 10, "inline telemetry")
+    events = tel.wait_events(
+        inline["id"], lambda ev: any(e[1] == "accept" and e[3] is None for e in ev), "the full accept"
+    )
     kinds = [(e[1], e[3], e[4]) for e in events]
     assert ("show", None, None) in kinds
     assert ("accept", "word", inline["word"]) in kinds
     assert any(k[0] == "accept" and k[1] is None for k in kinds)  # the command on full accept
     ne = used["nextEdit"]
-    assert [e[1] for e in tel.events(ne["id"])] == ["show", "reject"]
+    events = tel.wait_events(ne["id"], lambda ev: any(e[1] == "reject" for e in ev), "the reject")
+    assert [e[1] for e in events] == ["show", "reject"]
 
 
 def test_strict_compile_and_package_vsix(ext, tmp_path):
