@@ -26,8 +26,8 @@ Design decisions:
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
   masked); ``complete`` is the batch of one.
 - Edit completions carry a score (aggregate of the per-token confidences, model/scoring.py) and
-  whether it clears the checkpoint's selectivity threshold; an answer equal to the region is
-  reported as ``unchanged``.
+  whether it clears the checkpoint's selectivity threshold; an answer equal to the region, or one
+  that moves only its layout (model/scoring.py ``layout_only``), is reported as ``unchanged``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from model.prompt import (
     parse_prompt,
 )
 from model.sampler import ThresholdRule, TopKRule, UnmaskRule, denoise
-from model.scoring import aggregate
+from model.scoring import aggregate, layout_only
 from model.transformer import ContextTooLongError
 
 EFFORTS = ("instant", "low", "medium", "high")
@@ -231,7 +231,7 @@ class Engine:
             temperature=o.temperature,
             top_p=o.top_p,
             presence_penalty=o.presence_penalty,
-            suppress_ids=[i for i in self.tok.special_ids.values() if i != self.tok.eot_id],
+            suppress_ids=self._suppressed(),
             generator=gen,
             record=o.record_canvases,
             on_step=on_step,
@@ -269,10 +269,33 @@ class Engine:
             p = parsed[i]
             if p is not None:
                 c.region = p.region
-                c.unchanged = text == p.region
+                c.unchanged = text == p.region or layout_only(p.region, text)
                 c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold
             out.append(c)
         return out
+
+    def _suppressed(self) -> list[int]:
+        """Layout tags the sampler never proposes (every special token but end-of-text)."""
+        return [i for i in self.tok.special_ids.values() if i != self.tok.eot_id]
+
+    @torch.no_grad()
+    def middle_ce(self, req: FimRequest, middle: str) -> float:
+        """Mean cross-entropy (nats/token) of ``middle`` and its end-of-text on a fully masked FIM
+        canvas: the t = 1 term of the diffusion loss (model/diffusion.py) for one known answer. A
+        smooth quality signal for benchmarks where a weak model's pass@1 is near zero."""
+        n = req.max_tokens if req.max_tokens is not None else self.inference.fim_max_tokens
+        ctx = self._fim_context(req, n)
+        target = [*self.tok.encode(middle), self.tok.eot_id][:n]
+        ids = torch.tensor([ctx + [self.tok.mask_id] * n], device=self.device)  # [1, Lc + n]
+        cols = torch.arange(len(ctx), len(ctx) + len(target), device=self.device)  # the answer's positions
+        scored = self.model(
+            ids,
+            context_lens=torch.tensor([len(ctx)], device=self.device),
+            logits_index=(torch.zeros_like(cols), cols),  # project only these, as training does
+        ).float()  # [T, V]
+        # over the tokens the sampler may propose: never the mask or a layout tag (denoise)
+        scored[:, [self.tok.mask_id, *self._suppressed()]] = float("-inf")
+        return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
 
     def _stop_hook(self, stops: list[list[str]]):
         """``done`` for the sampler: rows whose committed answer start already holds a stop string."""

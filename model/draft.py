@@ -34,6 +34,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
@@ -44,11 +45,20 @@ from torch import Tensor
 from model.prompt import CURSOR, EDIT_CLOSE, EDIT_OPEN, HIST_CLOSE, HIST_OPEN, strip_one_newline
 
 _WORD = re.compile(r"\w+")
+# reserved words of the languages the LSP serves are never names, so never half of a rename
+# (`echo(x)` -> `yield(x)` turns a call into a yield); words that are also common names elsewhere
+# (`type`, `match`, `map`, `range`, `new`, `self`) are left out
+_KEYWORDS = frozenset(
+    keyword.kwlist
+    + "catch chan const defer do enum export extends fn func function goto impl instanceof interface "
+    "let mut nil null pub static struct super switch this throw typeof undefined var void".split()
+)
 
 
 def history_renames(history: str) -> list[tuple[str, str]]:
     """(old, new) identifier pairs of the history's renames, oldest first: a removed line followed by
-    an added line with the same words, differing only in identifiers that map one to one."""
+    an added line with the same words, differing only in identifiers (not keywords) that map one to
+    one, every old name gone from the added line and every new name absent from the removed one."""
     out: list[tuple[str, str]] = []
     removed: list[str] = []
     for line in history.splitlines():
@@ -58,8 +68,11 @@ def history_renames(history: str) -> list[tuple[str, str]]:
         if line.startswith("+") and not line.startswith("+++") and removed:
             a, b = _WORD.findall(removed.pop(0)), _WORD.findall(line[1:])
             pairs = {(x, y) for x, y in zip(a, b) if x != y}
-            olds = {x for x, _ in pairs}
+            olds, news = {x for x, _ in pairs}, {y for _, y in pairs}
+            # a rename replaces every use of the old name on the line with a name the line did not
+            # have: `f(a, b)` -> `f(b, a)` swaps arguments, `a + b` -> `b + b` reuses one
             ok = len(a) == len(b) and pairs and len(olds) == len(pairs)
+            ok = ok and not (olds & set(b)) and not (news & set(a)) and not (olds | news) & _KEYWORDS
             if ok and all(not x[0].isdigit() and not y[0].isdigit() for x, y in pairs):
                 out += sorted(pairs - set(out))
             continue

@@ -7,12 +7,19 @@ Design decisions:
 - The candidates span the range from "one doubtful token sinks it" (``min``) through the lowest
   quarter (``tail_mean``), the (geometric) mean, to the typical token (``median``); the replay harness
   measures which one best separates accepted from rejected edits (editserver replay --tune-records).
+- A rewrite that changes only layout (``layout_only``: the same code with line breaks, blank lines or
+  trailing blanks moved) is no proposal, like one equal to its region: in replay such rewrites were
+  copy slips (a line broken mid-expression, two lines joined, a stray blank line), and layout is a
+  formatter's job. Re-indenting lines (same lines, other leading blanks) is a real edit and stays.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
+
+_BLANKS = re.compile(r"\s+")
 
 
 def _mean(c: Sequence[float]) -> float:
@@ -53,3 +60,10 @@ def aggregate(confidences: Sequence[float], how: str = "mean") -> float:
     if how not in AGGREGATES:
         raise ValueError(f"unknown score aggregate {how!r}; choose from {sorted(AGGREGATES)}")
     return AGGREGATES[how](confidences) if len(confidences) else 1.0
+
+
+def layout_only(region: str, rewrite: str) -> bool:
+    """``rewrite`` differs from ``region`` only in blanks, and not only in the lines' indentation."""
+    if rewrite == region or _BLANKS.sub("", rewrite) != _BLANKS.sub("", region):
+        return False
+    return [x.lstrip() for x in rewrite.splitlines()] != [x.lstrip() for x in region.splitlines()]

@@ -148,7 +148,7 @@ def evaluate(
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from model.api import Engine
+    from model.api import Engine, FimRequest
 
     if not args.suite.is_file():
         print(f"suite not found: {args.suite} (the HumanEval infilling files live in ../shared/data/fim)")
@@ -166,6 +166,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"no tasks to run (suite {args.suite}, --limit {args.limit})")
         return 2
     t0 = time.time()
+    # decoding-independent, so measured once: how likely the model finds each canonical infill
+    ce = [
+        engine.middle_ce(FimRequest(t["prompt"], t["suffix"], max_tokens=max_tokens), t["canonical_solution"])
+        for t in tasks
+    ]
     kw = dict(effort=effort, max_tokens=max_tokens, single_line=single, timeout=args.timeout)
     result = evaluate(engine, tasks, sequential=False, label="parallel", **kw)
     if not args.no_sequential:
@@ -175,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         result["pass_at_1_cost"] = seq["pass_at_1"] - result["pass_at_1"]
     result.update(
         {
+            "middle_ce": sum(ce) / len(ce),
             "suite": args.suite.name,
             "effort": effort,
             "threshold": engine.inference.efforts[effort].threshold,
@@ -196,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
             f"{name:16} {r['n']:5d} {r['pass_at_1']:7.1%} {r['exact_match']:7.1%} {r['tokens_per_step']:9.2f} "
             f"{r['latency_ms']['p50']:8.1f} {r['latency_ms']['p95']:8.1f}"
         )
+    print(f"canonical infill cross-entropy, fully masked canvas: {result['middle_ce']:.3f} nats/token")
     if "speedup_p50" in result:
         print(
             f"speedup (p50 latency, sequential/parallel): {result['speedup_p50']:.2f}x; "

@@ -92,6 +92,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="weights dtype for --export (fp32 keeps full precision for continuing training with --init)",
     )
     p.add_argument("--max-commits", type=int, default=2000, help="with --repo: commits to mine")
+    p.add_argument(
+        "--source",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also take the Python files under DIR into the corpus (repeatable), e.g. packages "
+        "installed with `pip install --target DIR`",
+    )
+    p.add_argument(
+        "--source-repeat",
+        type=int,
+        default=1,
+        help="list each --source file this many times: rows draw files uniformly, so this is the "
+        "weight of the extra sources against the stdlib and site-packages (default 1)",
+    )
     p.set_defaults(func=run)
 
 
@@ -143,6 +159,15 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"building corpus in {data} ...", flush=True)
         tokenizer = args.tokenizer or (Path(init) / "tokenizer.json" if init else None)
+        code_files = None
+        if args.source:
+            from model.data import python_source_files
+
+            extra = python_source_files([Path(d) for d in args.source])
+            if not extra:
+                print(f"no Python files under {', '.join(map(str, args.source))}")
+                return 2
+            code_files = python_source_files() + extra * max(1, args.source_repeat)
         prepare(
             data,
             args.edits,
@@ -151,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             vocab_size=args.vocab_size,
             tokenizer_path=tokenizer,
             mix=mix,  # type: ignore[arg-type]
+            code_files=code_files,
         )
     cfg = TrainConfig(
         run_dir=args.run,

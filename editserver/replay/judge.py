@@ -2,7 +2,8 @@
 
 Design decisions:
 - A next-edit suggestion is the model's rewrite of the editable region; applying it means replacing
-  the region's lines. It is **not shown** when it equals the region (the model proposes nothing) or
+  the region's lines. It is **not shown** when it equals the region (the model proposes nothing),
+  moves only its layout (model/scoring.py ``layout_only``: the server reports it unchanged), or
   is blank (the client shows nothing); the caller also marks suppressed and failed ones not shown.
 - It is **accepted** when the file it produces equals the file with one (or several) of the
   commit's remaining hunks applied, compared line by line after whitespace normalisation (runs of
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from editserver.replay.points import EditPoint
+from model.scoring import layout_only
 
 _TOKEN = re.compile(r"[A-Za-z_$][\w$]*|\d[\w.]*|\S")
 MAX_LCS_TOKENS = 600  # longer changes are truncated before the quadratic LCS
@@ -137,8 +139,8 @@ def judge_edit(p: EditPoint, suggestion: str | None) -> Verdict:
     text = suggestion or ""
     if region.endswith("\n") and text and not text.endswith("\n"):
         text += "\n"  # a fence-stripped answer may lose the region's final newline
-    if text == region:
-        return Verdict("unchanged")
+    if text == region or layout_only(region, text):
+        return Verdict("unchanged")  # the server answers a layout-only rewrite as unchanged too
     if not text.strip():
         return Verdict("empty")
     new_region = text.splitlines(keepends=True)

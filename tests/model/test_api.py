@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -46,6 +47,17 @@ def test_stop_sequences_cut_text(engine: Engine) -> None:
             FimRequest("def f():\n", "", max_tokens=24, options=SamplingOptions(stop=[stop]))
         )
         assert cut.text == full.text[: full.text.find(stop)] and cut.finish_reason == "stop"
+
+
+def test_middle_ce_agrees_with_the_sampler(engine: Engine) -> None:
+    """The scorer's cross-entropy of the one-token answer the sampler commits is -log of the
+    confidence the sampler reported for it (two paths over the same fully masked canvas)."""
+    req = FimRequest("def add(a, b):\n    return ", "\n", max_tokens=1)
+    c = engine.complete(FimRequest(req.prefix, req.suffix, 1, SamplingOptions(sequential=True)))
+    assert c.completion_tokens == 1 and len(engine.tok.encode(c.text)) == 1, c.text
+    assert engine.middle_ce(req, c.text) == pytest.approx(-math.log(c.token_confidences[0]), abs=1e-3)
+    longer = engine.middle_ce(FimRequest(req.prefix, req.suffix, max_tokens=4), "a + b + c + d + e")
+    assert math.isfinite(longer) and longer > 0, "an answer longer than the canvas is cut to it"
 
 
 def test_context_window_is_enforced(engine: Engine) -> None:

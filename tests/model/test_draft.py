@@ -25,6 +25,11 @@ def test_history_renames_are_identifier_substitutions_only() -> None:
     assert history_renames(unified_diff("a.py", "x = 1\n", "x = 2\n")) == [], "a number is not a name"
     assert history_renames(unified_diff("a.py", "f(a)\n", "f(a, b)\n")) == [], "words added: not a rename"
     assert history_renames(unified_diff("a.py", "f(a, a)\n", "f(b, c)\n")) == [], "one name, two new ones"
+    assert history_renames(unified_diff("a.py", "f(a, b)\n", "f(b, a)\n")) == [], "a swap is no rename"
+    assert history_renames(unified_diff("a.py", "x = a + b\n", "x = b + b\n")) == [], "b was there"
+    assert history_renames(unified_diff("a.py", "a(a.x)\n", "a(b.x)\n")) == [], "a is still used"
+    assert history_renames(unified_diff("a.py", "    echo(x)\n", "    yield(x)\n")) == [], "a keyword"
+    assert history_renames(unified_diff("a.py", "def f(type):\n", "def f(kind):\n")) == [("type", "kind")]
     two = unified_diff("a.py", "a = b\n", "a = c\n") + unified_diff("a.py", "a = c\n", "z = c\n")
     assert history_renames(two) == [("b", "c"), ("a", "z")], "oldest first"
     assert apply_renames("return width * widths  # width\n", [("width", "size")]) == (

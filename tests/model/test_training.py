@@ -47,8 +47,8 @@ def test_loss_decreases_on_tiny_config() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        first = float(loss) if step < 4 and first is None else first
-        last = float(loss)
+        first = float(loss.detach()) if step < 4 and first is None else first
+        last = float(loss.detach())
     assert last < first * 0.6
 
 
@@ -178,6 +178,29 @@ def test_train_cli_rejects_a_bad_mix(tmp_path) -> None:
         timeout=300,
     )
     assert r.returncode == 2 and "--mix needs three or four" in r.stdout
+
+
+def test_train_cli_source_needs_python_files(tmp_path) -> None:
+    """``--source DIR`` adds DIR's Python files to the corpus; a DIR without any is an error."""
+    import subprocess
+    import sys
+
+    from model.data import python_source_files
+
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "algo.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "src" / "click").mkdir()  # a held-out package is skipped under any root
+    (tmp_path / "src" / "click" / "core.py").write_text("x = 1\n")
+    assert [p.name for p in python_source_files([tmp_path / "src"])] == ["algo.py"]
+    (tmp_path / "empty").mkdir()
+    r = subprocess.run(
+        [sys.executable, "-m", "editserver.cli", "train", "--run", str(tmp_path / "r")]
+        + ["--source", str(tmp_path / "empty")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 2 and "no Python files under" in r.stdout
 
 
 def test_export_keeps_fp32_when_asked(tiny_checkpoint, tmp_path) -> None:
