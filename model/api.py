@@ -65,6 +65,7 @@ class SamplingOptions:
     stop: list[str] = field(default_factory=list)
     effort: str | None = None  # None: the checkpoint's default effort
     threshold: float | None = None  # overrides the effort's unmasking threshold
+    block_size: int | None = None  # overrides the effort's semi-autoregressive block size
     sequential: bool = False  # one token per step (the quality baseline)
     seed: int = 0
     record_canvases: bool = False  # keep every intermediate draft (for ``diffusing`` streams)
@@ -164,9 +165,12 @@ class Engine:
         if effort not in self.inference.efforts:
             raise ValueError(f"effort must be one of {sorted(self.inference.efforts)}, got {effort!r}")
         preset = self.inference.efforts[effort]
+        block = o.block_size if o.block_size is not None else preset.block_size
+        if block < 1:
+            raise ValueError(f"block_size must be at least 1, got {block}")
         if o.sequential:
-            return TopKRule(1), preset.block_size
-        return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), preset.block_size
+            return TopKRule(1), block
+        return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), block
 
     # ---- entry point ---------------------------------------------------------------------------
     def complete(self, req: FimRequest | EditRequest) -> Completion:

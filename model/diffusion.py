@@ -12,6 +12,21 @@ Design decisions:
 - t is drawn stratified across the batch (one uniform offset plus i/B) to lower the variance of the
   1/t-weighted estimator; t is floored at ``t_min`` so one rare tiny t cannot dominate a batch.
 - Logits are computed only at masked positions (``logits_index``): the vocabulary projection and its softmax are a third of a training step.
+- *Block-ordered rows* (``ordered_share`` of each batch; the rest are uniform MDLM rows). The
+  sampler decodes semi-autoregressively (model/sampler.py): while a block is decoded, everything
+  before it is committed and everything after it is still masked. Uniform masking almost never
+  draws that state (a clean prefix followed by a wholly masked tail has probability ~t^(n-c)(1-t)^c),
+  so a small model meets it out of distribution: decoded left to right, the shipped CPU model wrote
+  ``if not not not not ...``. An ordered row draws a block start c uniformly on the canvas and a
+  block size b log-uniformly in [1, ``MAX_BLOCK``]: positions before c stay clean, position c is
+  masked, each later position of [c, c+b) is masked with probability t, and every position from c+b
+  on is masked (an active block always has something left to decode). The loss is taken on the block
+  only (the sampler never reads predictions past the active block), weighted 1/(1 + t(b-1)), the
+  block's expected masked count, so each row adds about its mean masked-token CE, the scale of the
+  uniform rows' MDLM term above. This is block diffusion's training state (BD3-LM, Arriola et al.
+  2025, Eq. 6, with the later blocks masked instead of absent, since our attention is bidirectional);
+  b = 1 is next-token prediction, the order-restricted objective that Nie et al. (2024, "Scaling up
+  Masked Diffusion Models on Text") find far more sample-efficient than learning every order.
 """
 
 from __future__ import annotations
@@ -28,21 +43,44 @@ def sample_t(batch: int, generator: torch.Generator, t_min: float = 1e-3) -> tor
     return t.clamp_min(t_min)  # [B]
 
 
+MAX_BLOCK = 32  # ordered rows' largest block: the sampler's default block size (model/config.py)
+
+
 def mask_batch(
     ids: torch.Tensor,  # [B, L]
     context_lens: torch.Tensor,  # [B]
     seq_lens: torch.Tensor,  # [B]
     mask_id: int,
     generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Returns (noisy ids [B, L], masked [B, L] bool, t [B])."""
+    ordered_share: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Returns (noisy ids [B, L], masked [B, L] bool, t [B], loss weight [B, L]).
+
+    The weight is 0 where no loss is taken and otherwise the row's estimator weight: (1/t)/|canvas|
+    on uniform rows (MDLM), 1/(1 + t(b-1)) on the block of an ordered row (module docstring)."""
     B, L = ids.shape
     t = sample_t(B, generator)
     pos = torch.arange(L)[None, :]
     on_canvas = (pos >= context_lens[:, None]) & (pos < seq_lens[:, None])  # [B, L]
     masked = (torch.rand((B, L), generator=generator) < t[:, None]) & on_canvas
+    canvas_len = (seq_lens - context_lens).clamp_min(1).float()  # [B]
+    weight = (1.0 / (t * canvas_len))[:, None].expand(B, L)  # [B, L]
+    # the first round(ordered_share * B) rows are ordered (rows are drawn at random, so any rows will do)
+    n_ord = int(round(ordered_share * B))
+    if n_ord:
+        u = torch.rand((n_ord, 2), generator=generator)
+        start = context_lens[:n_ord] + (u[:, 0] * canvas_len[:n_ord]).long()  # [n] block start
+        block = torch.exp(u[:, 1] * torch.log(torch.tensor(float(MAX_BLOCK)))).long().clamp(1, MAX_BLOCK)
+        p = pos.expand(n_ord, L)
+        in_block = (p >= start[:, None]) & (p < (start + block)[:, None]) & on_canvas[:n_ord]  # [n, L]
+        after = (p >= (start + block)[:, None]) & on_canvas[:n_ord]
+        first = (p == start[:, None]) & on_canvas[:n_ord]  # the block start is always masked
+        masked[:n_ord] = (masked[:n_ord] & in_block) | first | after
+        b_eff = in_block.sum(1).clamp_min(1)  # [n] block size, cut at the canvas end
+        w_blk = 1.0 / (1.0 + t[:n_ord] * (b_eff - 1))  # [n] 1 / expected masked count of the block
+        weight = torch.cat([torch.where(in_block, w_blk[:, None], 0.0), weight[n_ord:]])
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-    return noisy, masked, t
+    return noisy, masked, t, weight * masked
 
 
 def diffusion_loss(
@@ -54,9 +92,11 @@ def diffusion_loss(
     generator: torch.Generator,
     canvas_pos: torch.Tensor | None = None,  # [B] rotary position of each canvas start (transformer.py)
     draft: torch.Tensor | None = None,  # [B, L] draft token per position, -1 = none (transformer.py)
+    ordered_share: float = 0.0,
 ) -> tuple[torch.Tensor, dict]:
-    noisy, masked, t = mask_batch(ids, context_lens, seq_lens, mask_id, generator)
-    rows, cols = masked.nonzero(as_tuple=True)
+    noisy, masked, t, weight = mask_batch(ids, context_lens, seq_lens, mask_id, generator, ordered_share)
+    # only positions that carry loss are projected (an ordered row's tail is masked but not scored)
+    rows, cols = (weight > 0).nonzero(as_tuple=True)
     if rows.numel() == 0:
         zero = model.embed.weight.sum() * 0.0
         return zero, {"masked": 0, "ce": 0.0}
@@ -69,7 +109,5 @@ def diffusion_loss(
         draft=draft,
     )  # [N, V]
     ce = F.cross_entropy(logits.float(), ids[rows, cols], reduction="none")  # [N]
-    canvas_len = (seq_lens - context_lens).clamp_min(1).float()  # [B]
-    weight = 1.0 / (t[rows] * canvas_len[rows])  # (1/t) / |canvas|
-    loss = (ce * weight).sum() / ids.shape[0]
+    loss = (ce * weight[rows, cols]).sum() / ids.shape[0]
     return loss, {"masked": int(rows.numel()), "ce": float(ce.detach().mean())}

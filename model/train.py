@@ -62,6 +62,7 @@ class TrainConfig:
     warmup_steps: int | None = None  # None: ``warmup``
     precision: str = "auto"  # auto | bf16 | fp32; auto = bf16 only where the hardware computes it
     canvas_draft: bool = False  # new models: next-edit canvases get the draft input (transformer.py)
+    ordered_share: float = 0.5  # share of each batch masked block-ordered (model/diffusion.py)
 
 
 def bf16_supported(device: str) -> bool:
@@ -180,19 +181,23 @@ def _lr(step: int, cfg: TrainConfig) -> float:
 def evaluate(
     model: Transformer, store: RowStore, tok: Tokenizer, device: str, n: int = 256, precision: str = "auto"
 ) -> dict:
-    """Held-out diffusion loss, split by task (plain: context 0; conditional: FIM and edit rows)."""
+    """Held-out diffusion loss with uniform masking (``val_loss``, ``val_ce``: the MDLM bound, comparable
+    with every earlier run) and with block-ordered masking (``val_ordered``: the mean masked-token CE
+    in the states the semi-autoregressive sampler decodes; model/diffusion.py)."""
     model.eval()
-    g = torch.Generator().manual_seed(1234)
+    out = {"val_loss": 0.0, "val_ce": 0.0, "val_ordered": 0.0}
     idx = np.arange(min(n, store.n))
-    out = {"val_loss": 0.0, "val_ce": 0.0}
     batches = 0
-    for s in range(0, len(idx), 32):
-        ids, ctx, lens, pos, draft = _batch(store, idx[s : s + 32], device, tok)
-        with autocast(device, precision):
-            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, g, pos, draft)
-        out["val_loss"] += float(loss)
-        out["val_ce"] += stats["ce"]
-        batches += 1
+    for share, key in ((0.0, "val_loss"), (1.0, "val_ordered")):
+        g = torch.Generator().manual_seed(1234)  # the same masks at every evaluation
+        for s in range(0, len(idx), 32):
+            ids, ctx, lens, pos, draft = _batch(store, idx[s : s + 32], device, tok)
+            with autocast(device, precision):
+                loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, g, pos, draft, share)
+            out[key] += float(loss)
+            if not share:
+                out["val_ce"] += stats["ce"]
+                batches += 1
     model.train()
     return {k: v / max(1, batches) for k, v in out.items()}
 
@@ -268,7 +273,9 @@ def train(cfg: TrainConfig) -> Path:
         for g in opt.param_groups:
             g["lr"] = _lr(step, cfg)
         with autocast(cfg.device, cfg.precision):
-            loss, stats = diffusion_loss(model, ids, ctx, lens, tok.mask_id, gen, pos, draft)
+            loss, stats = diffusion_loss(
+                model, ids, ctx, lens, tok.mask_id, gen, pos, draft, cfg.ordered_share
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

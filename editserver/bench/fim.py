@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--keep-lines", action="store_true", help="do not cut single-line infills at the first line"
     )
+    p.add_argument(
+        "--block-size", type=int, default=None, help="semi-autoregressive block size (default: the effort's)"
+    )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-token-per-step baseline")
     p.add_argument(
         "--fim-window",
@@ -109,6 +112,7 @@ def evaluate(
     single_line: bool,
     timeout: float,
     label: str,
+    block_size: int | None = None,
 ) -> dict:
     from tqdm import tqdm
 
@@ -122,7 +126,7 @@ def evaluate(
                 t["prompt"],
                 t["suffix"],
                 max_tokens=max_tokens,
-                options=SamplingOptions(effort=effort, sequential=sequential),
+                options=SamplingOptions(effort=effort, sequential=sequential, block_size=block_size),
             )
         )
         text = first_line(c.text) if single_line else c.text
@@ -171,7 +175,13 @@ def run(args: argparse.Namespace) -> int:
         engine.middle_ce(FimRequest(t["prompt"], t["suffix"], max_tokens=max_tokens), t["canonical_solution"])
         for t in tasks
     ]
-    kw = dict(effort=effort, max_tokens=max_tokens, single_line=single, timeout=args.timeout)
+    kw = dict(
+        effort=effort,
+        max_tokens=max_tokens,
+        single_line=single,
+        timeout=args.timeout,
+        block_size=args.block_size,
+    )
     result = evaluate(engine, tasks, sequential=False, label="parallel", **kw)
     if not args.no_sequential:
         result["sequential"] = evaluate(engine, tasks, sequential=True, label="sequential", **kw)
@@ -184,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
             "suite": args.suite.name,
             "effort": effort,
             "threshold": engine.inference.efforts[effort].threshold,
+            "block_size": args.block_size or engine.inference.efforts[effort].block_size,
             "max_tokens": max_tokens,
             "single_line_cut": single,
             "model": str(args.model or "shipped default"),

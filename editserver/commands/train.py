@@ -108,6 +108,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="list each --source file this many times: rows draw files uniformly, so this is the "
         "weight of the extra sources against the stdlib and site-packages (default 1)",
     )
+    p.add_argument(
+        "--ordered-share",
+        type=float,
+        default=0.5,
+        help="share of each batch masked block-ordered, the states the semi-autoregressive sampler "
+        "decodes (model/diffusion.py); 0 = uniform MDLM masking only (default 0.5)",
+    )
     p.set_defaults(func=run)
 
 
@@ -126,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
         out = export_checkpoint(args.run / "checkpoint", args.export, dtype)
         print(f"exported {args.run / 'checkpoint'} -> {out}")
         return 0
+    if not 0.0 <= args.ordered_share <= 1.0:
+        print(f"--ordered-share must be between 0 and 1, got {args.ordered_share}")
+        return 2
     fine_tune = args.repo is not None
     args.steps = args.steps or (300 if fine_tune else 100_000)
     args.lr = args.lr or (3e-4 if fine_tune else 1.5e-3)
@@ -193,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
         warmup_steps=args.warmup,
         precision=args.precision,
         canvas_draft=args.canvas_draft,
+        ordered_share=args.ordered_share,
     )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")

@@ -39,6 +39,17 @@ def test_effort_changes_steps(engine: Engine) -> None:
         engine.complete(FimRequest("x", "", options=SamplingOptions(effort="turbo")))
 
 
+def test_block_size_override(engine: Engine) -> None:
+    # threshold 0 commits a whole block per step: the block size sets the step count
+    wide = SamplingOptions(threshold=0.0, block_size=16)
+    narrow = SamplingOptions(threshold=0.0, block_size=1)
+    a = engine.complete(FimRequest("x = ", "", max_tokens=16, options=wide))
+    b = engine.complete(FimRequest("x = ", "", max_tokens=16, options=narrow))
+    assert a.steps == 1 and b.steps >= b.completion_tokens
+    with pytest.raises(ValueError, match="block_size"):
+        engine.complete(FimRequest("x", "", options=SamplingOptions(block_size=0)))
+
+
 def test_stop_sequences_cut_text(engine: Engine) -> None:
     full = engine.complete(FimRequest("def f():\n", "", max_tokens=24))
     if len(full.text) > 3:

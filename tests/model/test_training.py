@@ -24,12 +24,59 @@ def _tiny(vocab: int) -> Transformer:
 
 def test_masking_only_touches_the_canvas() -> None:
     ids = torch.arange(40).view(2, 20) + 10
-    noisy, masked, t = mask_batch(
+    noisy, masked, t, weight = mask_batch(
         ids, torch.tensor([5, 0]), torch.tensor([15, 20]), 1, torch.Generator().manual_seed(0)
     )
     assert not masked[0, :5].any() and not masked[0, 15:].any()
     assert torch.equal(noisy[~masked], ids[~masked]) and (noisy[masked] == 1).all()
     assert ((t > 0) & (t <= 1)).all()
+    # uniform rows: the MDLM weight (1/t)/|canvas| on every masked position, nothing elsewhere
+    assert torch.allclose(weight[0][masked[0]], 1 / (t[0] * 10)) and (weight[~masked] == 0).all()
+
+
+def test_ordered_rows_mask_a_block_and_the_whole_tail() -> None:
+    B, L = 64, 40
+    ids = torch.arange(B * L).view(B, L) % 50 + 10
+    ctx, lens = torch.full((B,), 8), torch.full((B,), 36)
+    noisy, masked, t, weight = mask_batch(ids, ctx, lens, 1, torch.Generator().manual_seed(3), 0.5)
+    assert torch.equal(noisy[~masked], ids[~masked]) and (noisy[masked] == 1).all()
+    assert not masked[:, :8].any() and not masked[:, 36:].any()  # the context and padding stay clean
+    blocks = set()
+    for r in range(32):  # the ordered half: clean prefix, a partly masked block, a masked tail
+        scored = (weight[r] > 0).nonzero().flatten()
+        assert len(scored) and masked[r, scored].all()  # loss only on masked block positions
+        start = int(masked[r].nonzero().min())
+        assert not masked[r, 8:start].any() and int(scored.min()) == start
+        assert torch.allclose(weight[r, scored], weight[r, scored[0]])  # one weight per row
+        b = int((weight[r, scored[0]].reciprocal() - 1) / t[r] + 1.5)  # 1/(1 + t(b-1)) -> b
+        assert int(scored.max()) < start + b and masked[r, start + b : 36].all()  # then all masked
+        blocks.add(b)
+    assert len(blocks) > 3 and all(1 <= b <= 32 for b in blocks)  # block sizes vary
+    # the uniform half is untouched by the ordered rule: masks scattered, the tail not forced
+    assert ((weight[32:] > 0) == masked[32:]).all()
+
+
+def test_ordered_loss_trains_left_to_right_prediction() -> None:
+    """With every row ordered, the loss only reads block positions: a tail token's value cannot
+    change it, but a block token's can."""
+    model = _tiny(256)
+    ids = torch.randint(10, 200, (4, 24))
+    ctx, lens = torch.zeros(4, dtype=torch.long), torch.full((4,), 24)
+
+    def loss_of(x: torch.Tensor) -> float:
+        g = torch.Generator().manual_seed(5)
+        return float(diffusion_loss(model, x, ctx, lens, 1, g, ordered_share=1.0)[0].detach())
+
+    _, masked, _, weight = mask_batch(ids, ctx, lens, 1, torch.Generator().manual_seed(5), 1.0)
+    tail = masked & (weight == 0)
+    r, c = tail.nonzero()[0].tolist()
+    changed = ids.clone()
+    changed[r, c] = (changed[r, c] + 1) % 200 + 10
+    assert loss_of(changed) == loss_of(ids)
+    r, c = (weight > 0).nonzero()[0].tolist()
+    changed = ids.clone()
+    changed[r, c] = (changed[r, c] + 1) % 200 + 10
+    assert loss_of(changed) != loss_of(ids)
 
 
 def test_loss_decreases_on_tiny_config() -> None:
