@@ -9,8 +9,13 @@ Design decisions:
   constant time); ``/health`` and ``/metrics`` stay open for local liveness probes and scrapers.
 - Next edit never returns "no prediction": when the model's rewrite is unchanged, truncated (ran out
   of canvas), empty (it would delete the whole region on a vacuous score) or scores below the
-  checkpoint's selectivity threshold, the content is the region as sent, so Zed/Continue show nothing; our ``editserver`` field carries the score, whether it cleared
-  the threshold, and the model's own rewrite for clients that want to decide themselves.
+  checkpoint's selectivity threshold, the content is the region as sent, so Zed/Continue show nothing.
+- FIM answers "" (finish_reason "stop") when the model's text is blank or scores below the
+  checkpoint's ``fim_threshold``: no ghost text rather than a wrong one. Both rules live in
+  outcome.py, and every answer shape (JSON, plain stream, diffusing stream) is built from its one
+  ``View``, so they agree. Our ``editserver`` field carries the score, whether it cleared the
+  threshold in force for its kind, that threshold, the outcome and the model's own text, for
+  clients that want to decide themselves.
 - Streams are Server-Sent Events ending in ``data: [DONE]``. The diffusion canvas is decoded in
   parallel, so a plain stream sends the answer as one chunk when it is ready; ``diffusing: true``
   sends every intermediate draft, each one the whole current text that replaces the previous one
@@ -19,7 +24,8 @@ Design decisions:
 - Client disconnects: a watcher task waits for ``http.disconnect`` and sets the job's cancel event, so
   a queued job is dropped and a running one stops denoising at its next step. The log shows 499.
 - One structured (JSON) log line per request (metrics.AccessLog), after the last byte is sent; the
-  handlers add tokens, steps, queue time and the edit outcome to it. Logs go to stderr only.
+  handlers add tokens, steps, queue time and the outcome (edit and FIM) to it, and count the outcome
+  per kind. Logs go to stderr only.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from editserver.errors import APIError, install_error_handlers, translate
 from editserver.metrics import AccessLog, Metrics
+from editserver.outcome import View, view
 from editserver.scheduler import Cancelled, Job, QueueFull, Result, Scheduler
 from editserver.schemas import (
     EditBody,
@@ -81,7 +88,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     scheduler = Scheduler(engine, metrics, settings.max_queue, settings.max_batch)
     cap = min(settings.max_output_tokens or engine.max_output_tokens, engine.max_output_tokens)
     limits = Limits(max_output_tokens=cap, fim_default_tokens=engine.inference.fim_max_tokens)
-    threshold = engine.inference.selectivity_threshold
+    thresholds = {"edit": engine.inference.selectivity_threshold, "fim": engine.inference.fim_threshold}
     created = int(time.time())
 
     @asynccontextmanager
@@ -227,37 +234,16 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         )
 
     # ---- response shaping ----------------------------------------------------------------------
-    def _edit_view(res: Result) -> tuple[str, str, str]:
-        """(region to show, finish_reason to report, outcome) for a next-edit result.
-
-        A suppressed rewrite is answered with the region as sent, which is complete: its
-        finish_reason is "stop"; the model's own finish reason stays in the ``editserver`` field."""
-        c = res.completion
-        region = c.region or ""
-        if c.finish_reason == "cancelled":
-            return region, "cancelled", "cancelled"
-        if c.finish_reason != "stop":
-            return region, "stop", "truncated"
-        if c.unchanged:
-            return region, "stop", "unchanged"
-        if region.strip() and not c.text.strip():
-            # deleting the whole region: the score of an empty answer is vacuous (no tokens to be
-            # confident about), and a model that ends at once would otherwise erase the user's code
-            return region, "stop", "empty"
-        if not c.above_threshold:
-            return region, "stop", "below_threshold"
-        return c.text, "stop", "shown"
-
-    def _info(res: Result, outcome: str | None = None) -> dict:
+    def _info(res: Result, kind: str, v: View) -> dict:
         c = res.completion
         return SuggestionInfo(
             score=round(c.score, 6),
-            above_threshold=bool(c.above_threshold if c.region is not None else c.score >= threshold),
-            threshold=threshold,
+            above_threshold=c.above_threshold,
+            threshold=thresholds[kind],
             unchanged=c.unchanged,
-            suppressed=outcome is not None and outcome != "shown",
-            outcome=outcome,
-            suggestion=c.text if outcome is not None else None,
+            suppressed=v.suppressed,
+            outcome=v.outcome,
+            suggestion=c.text,
             model_finish_reason=c.finish_reason,
             steps=c.steps,
             model_calls=c.model_calls,
@@ -312,16 +298,17 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             out["editserver"] = extra
         return out
 
+    def _view(request: Request, kind: str, res: Result) -> tuple[View, str, dict]:
+        """The answer's view, its text as sent (edits fenced) and the ``editserver`` field; counted
+        and logged once per request."""
+        v = view(kind, res.completion)
+        metrics.count_outcome(kind, v.outcome)
+        _log(request, res, outcome=v.outcome)
+        return v, _shown_draft(kind, v.text), _info(res, kind, v)
+
     def _final_chunks(request: Request, kind: str, body, meta: dict, res: Result) -> list[dict]:
-        c = res.completion
-        if kind == "edit":
-            shown, finish, outcome = _edit_view(res)
-            metrics.edit_outcomes.labels(outcome).inc()
-            _log(request, res, outcome=outcome)
-            text, info = format_edit_response(shown), _info(res, outcome)
-        else:
-            _log(request, res)
-            text, finish, info = c.text, c.finish_reason, _info(res)
+        v, text, info = _view(request, kind, res)
+        finish = v.finish_reason
         chunks = []
         if body.diffusing_stream:
             chunks.append(_chunk(kind, meta, text, finish, body, info))
@@ -334,38 +321,16 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         return chunks
 
     def _finish(request: Request, kind: str, body, meta: dict, res: Result) -> Response:
-        c = res.completion
+        v, text, info = _view(request, kind, res)
         if kind == "fim":
-            _log(request, res)
-            return JSONResponse(
-                {
-                    **meta,
-                    "object": "text_completion",
-                    "choices": [
-                        {"index": 0, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None}
-                    ],
-                    "usage": _usage(res),
-                    "editserver": _info(res),
-                },
-                headers={"X-Request-Id": meta["id"]},
-            )
-        shown, finish, outcome = _edit_view(res)
-        metrics.edit_outcomes.labels(outcome).inc()
-        _log(request, res, outcome=outcome)
+            obj = "text_completion"
+            choice = {"index": 0, "text": text, "finish_reason": v.finish_reason, "logprobs": None}
+        else:
+            obj = "edit.completion"
+            message = {"role": "assistant", "content": text}
+            choice = {"index": 0, "message": message, "finish_reason": v.finish_reason}
         return JSONResponse(
-            {
-                **meta,
-                "object": "edit.completion",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": format_edit_response(shown)},
-                        "finish_reason": finish,
-                    }
-                ],
-                "usage": _usage(res),
-                "editserver": _info(res, outcome),
-            },
+            {**meta, "object": obj, "choices": [choice], "usage": _usage(res), "editserver": info},
             headers={"X-Request-Id": meta["id"]},
         )
 

@@ -9,7 +9,10 @@ Design decisions:
   denoising loop stopped early). Tests read these to prove a disconnect really stopped the work.
 - ``AccessLog`` is a pure ASGI middleware, so it sees the status and the *last* byte of streamed
   responses too: it counts the request, observes its latency and writes one JSON line (method, path,
-  status, latency, plus whatever the handler put in ``request.state.log``: tokens, steps, queue time).
+  status, latency, plus whatever the handler put in ``request.state.log``: tokens, steps, queue time,
+  the outcome).
+- Outcomes (shown or why not, editserver/outcome.py) are counted per kind, in two counters with the
+  same label: ``editserver_edit_outcomes_total`` and ``editserver_fim_outcomes_total``.
 - Histogram buckets are sized for this model: requests from milliseconds (tiny test model) to tens
   of seconds (long canvases on a busy CPU); tokens per step from 1 (sequential) to a whole block.
 """
@@ -90,6 +93,9 @@ class Metrics:
         self.edit_outcomes = Counter(
             "editserver_edit_outcomes", "next-edit answers by outcome", ["outcome"], registry=r
         )
+        self.fim_outcomes = Counter(
+            "editserver_fim_outcomes", "FIM answers by outcome", ["outcome"], registry=r
+        )
 
     def observe_batch(self, kind: str, completions: list[Completion], seconds: float) -> None:
         self.inference.labels(kind).observe(seconds)
@@ -101,6 +107,10 @@ class Metrics:
             self.completion_tokens.labels(kind).inc(c.completion_tokens)
             if c.steps:
                 self.tokens_per_step.labels(kind).observe(c.tokens_per_step)
+
+    def count_outcome(self, kind: str, outcome: str) -> None:
+        """One answered request by what it showed (editserver/outcome.py), per kind."""
+        (self.edit_outcomes if kind == "edit" else self.fim_outcomes).labels(outcome).inc()
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

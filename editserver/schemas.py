@@ -203,14 +203,23 @@ class SuggestionInfo(BaseModel):
     """Our own field (``editserver``): how confident the model is, so clients can hide weak output."""
 
     score: float = Field(..., description="aggregate per-token confidence in [0, 1]")
-    above_threshold: bool = Field(..., description="edit: score cleared the selectivity threshold")
-    threshold: float = Field(..., description="the checkpoint's selectivity threshold")
-    unchanged: bool = Field(False, description="edit: the model rewrote the region as it was")
-    suppressed: bool = Field(False, description="edit: the region is returned unchanged on purpose")
-    outcome: str | None = Field(
-        None, description="edit: shown | unchanged | empty | below_threshold | truncated | cancelled"
+    above_threshold: bool = Field(
+        ...,
+        description="the answer is a proposal (FIM: not blank; edit: changed) and its score cleared "
+        "the threshold",
     )
-    suggestion: str | None = Field(None, description="edit: the model's region even when suppressed")
+    threshold: float = Field(
+        ..., description="the checkpoint's threshold for this kind: fim_threshold or selectivity_threshold"
+    )
+    unchanged: bool = Field(False, description="edit: the model rewrote the region as it was")
+    suppressed: bool = Field(
+        False, description='the model\'s text is not what was sent (FIM: ""; edit: the region as sent)'
+    )
+    outcome: str | None = Field(
+        None,
+        description="shown | below_threshold | empty | cancelled, and for edits unchanged | truncated",
+    )
+    suggestion: str | None = Field(None, description="the model's own text, also when suppressed")
     model_finish_reason: str = Field(..., description="how the model's own decoding ended")
     steps: int
     model_calls: int

@@ -28,6 +28,10 @@ Design decisions:
 - Edit completions carry a score (aggregate of the per-token confidences, model/scoring.py) and
   whether it clears the checkpoint's selectivity threshold; an answer equal to the region, or one
   that moves only its layout (model/scoring.py ``layout_only``), is reported as ``unchanged``.
+- FIM completions carry the same score and whether it clears the checkpoint's ``fim_threshold``. A
+  blank answer (nothing, or only whitespace) proposes nothing, so it never counts as above the
+  threshold, as an unchanged rewrite never does for edits. The text is always the model's: hiding
+  it is the caller's decision (the server answers "", editserver/outcome.py).
 """
 
 from __future__ import annotations
@@ -103,7 +107,11 @@ class Completion:
     # next edit only
     region: str | None = None  # the editable region as sent (without the cursor tag)
     unchanged: bool = False
+    # FIM: a non-blank answer scoring at least ``fim_threshold``; next edit: a changed rewrite
+    # scoring at least ``selectivity_threshold``
     above_threshold: bool = True
+    # what ``score`` aggregates: ``token_confidences`` plus the decision to stop there (``_scored``)
+    scored_confidences: list[float] = field(default_factory=list)
 
     @property
     def tokens_per_step(self) -> float:
@@ -258,23 +266,27 @@ class Engine:
                     text, finish = text[:cut], "stop"
             if res.cancelled:
                 finish = "cancelled"
+            scored = self._scored(res, i, n, confs)
             c = Completion(
                 text=text,
                 finish_reason=finish,
                 prompt_tokens=len(contexts[i]),
                 completion_tokens=n,
-                score=aggregate(self._scored(res, i, n, confs), self.inference.score_aggregate),
+                score=aggregate(scored, self.inference.score_aggregate),
                 token_confidences=confs,
                 steps=res.steps,
                 model_calls=res.model_calls,
                 latency_s=latency,
                 canvases=[self._draft(cv[i]) for cv in res.canvases],
+                scored_confidences=scored,
             )
             p = parsed[i]
             if p is not None:
                 c.region = p.region
                 c.unchanged = text == p.region or layout_only(p.region, text)
                 c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold
+            else:
+                c.above_threshold = bool(text.strip()) and c.score >= self.inference.fim_threshold
             out.append(c)
         return out
 

@@ -95,6 +95,7 @@ class InferenceConfig:
     edit_canvas_at_region: bool = False
     score_aggregate: str = "mean"  # how per-token confidences become one suggestion score
     selectivity_threshold: float = 0.0  # edits scoring below this are suppressed (tuned by replay)
+    fim_threshold: float = 0.0  # FIM completions scoring below this are not shown (tuned by replay)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

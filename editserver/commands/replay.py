@@ -5,6 +5,9 @@ Design decisions:
   converts, runs, and prints the summary. Heavy imports (torch, gitpython) stay inside ``run``.
 - ``--shared-edits DIR`` is the reproducible measurement in one flag: evaluate on the held-out
   repositories' record files (``model.data.HELD_OUT_REPOS``), tune on the others.
+- FIM tuning has its own budget (``--tune-fim``, like ``--tune-points`` for edits) rather than
+  sharing ``--max-fim``: what is tuned on and what is reported are different inputs, and either may
+  be 0 without the other.
 - Bad input (no such file, no source of suggestions, a resumed log of other settings) exits with a
   one-line error and status 2, never a traceback. Ctrl-C writes what finished and exits 130.
 """
@@ -23,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="replay git history against the model and measure acceptance (next edit and FIM)",
         description="Replay commits (a git repository, or --records files) against the model: after each of "
         "a commit's hunks ask for the next edit and label it accepted/rejected/not shown; ask FIM for added "
-        "lines; report acceptance, utility and latency, and tune the selectivity threshold.",
+        "lines; report acceptance, utility and latency, and tune the selectivity thresholds (next edit, FIM).",
     )
     p.add_argument("repos", nargs="*", metavar="REPO_PATH", help="git repositories to mine (gitpython)")
     p.add_argument(
@@ -77,6 +80,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tune-points", type=int, default=300, help="next-edit requests to tune on (default 300)"
     )
     walk.add_argument(
+        "--tune-fim",
+        type=int,
+        default=200,
+        help="FIM requests to tune the FIM threshold on (default 200; 0 = leave it untuned)",
+    )
+    walk.add_argument(
         "--max-commits", type=int, default=500, help="repositories: newest N non-merge commits (default 500)"
     )
     walk.add_argument(
@@ -108,9 +117,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     thr.add_argument("--threshold", type=float, default=None, help="evaluate with this threshold instead")
     thr.add_argument("--aggregate", default=None, help="score aggregate for --threshold (model/scoring.py)")
     thr.add_argument(
+        "--fim-threshold", type=float, default=None, help="evaluate FIM with this threshold instead"
+    )
+    thr.add_argument(
         "--write-config",
         action="store_true",
-        help="write the tuned threshold and aggregate into --model DIR/config.json",
+        help="write the tuned thresholds (next edit, FIM) and aggregate into --model DIR/config.json",
     )
     out = p.add_argument_group("output")
     out.add_argument(
@@ -146,13 +158,15 @@ def to_config(args: argparse.Namespace):
             raise FileNotFoundError(f"--shared-edits: no such directory: {args.shared_edits}")
         records += [str(f) for f in edit_record_files(args.shared_edits, held_out=True)]
         tune_records += [str(f) for f in edit_record_files(args.shared_edits, held_out=False)]
-    for name in ("max_points", "max_fim", "tune_points", "max_steps", "history"):
+    for name in ("max_points", "max_fim", "tune_points", "tune_fim", "max_steps", "history"):
         if getattr(args, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must not be negative")
     if args.region_lines < 1 or args.batch_size < 1:
         raise ValueError("--region-lines and --batch-size must be at least 1")
-    if args.threshold is not None and not 0.0 <= args.threshold <= 1.0:
-        raise ValueError("--threshold must lie in [0, 1]")
+    for name in ("threshold", "fim_threshold"):
+        v = getattr(args, name)
+        if v is not None and not 0.0 <= v <= 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} must lie in [0, 1]")
     model = args.model
     if args.in_process and model is None:
         from model.checkpoint import DEFAULT_CHECKPOINT
@@ -171,11 +185,13 @@ def to_config(args: argparse.Namespace):
         max_points=args.max_points,
         max_fim=args.max_fim,
         tune_points=args.tune_points,
+        tune_fim=args.tune_fim,
         max_commits=args.max_commits,
         rev=args.rev,
         sample=args.sample,
         threshold=args.threshold,
         aggregate=args.aggregate,
+        fim_threshold=args.fim_threshold,
         write_config=args.write_config,
         json_out=args.json_out,
         html_out=args.html_out,
@@ -209,17 +225,29 @@ def print_summary(result: dict) -> None:
         f"{'server' if thr is None else f'{thr:.2f}'} ({s['score_aggregate']})"
     )
     if f["requests"]:
+        fthr = f["threshold"]
         print(
             f"fim: {f['requests']} requests · exact {_pct(f['exact_match_rate'])} · accepted prefix "
-            f"{f['accepted_prefix_chars']:.1f} chars ({_pct(f['accepted_prefix_fraction'])})"
+            f"{f['accepted_prefix_chars']:.1f} chars ({_pct(f['accepted_prefix_fraction'])}) · shown "
+            f"{_pct(f['shown_rate'])} · exact {_pct(f['exact_among_shown'])} of shown · utility "
+            f"{'n/a' if f['utility'] is None else format(f['utility'], '+.3f')} · threshold "
+            f"{'server' if fthr is None else f'{fthr:.2f}'}"
         )
-    if result.get("tuning"):
-        ch = result["tuning"]["chosen"]
+    t = result.get("tuning") or {}
+    if "chosen" in t:
+        ch = t["chosen"]
         print(
             f"tuned on training repositories: {ch['score_aggregate']} >= {ch['selectivity_threshold']:.2f} "
             f"(utility {ch['utility']:+.3f})"
-            + (f", written to {result['tuning']['written_to']}" if result["tuning"].get("written_to") else "")
         )
+    if "fim" in t:
+        ch = t["fim"]["chosen"]
+        print(
+            f"FIM tuned on training repositories: {t['fim']['score_aggregate']} >= "
+            f"{ch['fim_threshold']:.2f} (utility {ch['utility']:+.3f})"
+        )
+    if t.get("written_to"):
+        print(f"thresholds written to {t['written_to']}")
     skipped = {k: v for k, v in result["robustness"].items() if k not in ("commits", "records")}
     if skipped:
         print("skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())))

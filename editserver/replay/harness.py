@@ -5,11 +5,17 @@ Design decisions:
   into it); tests build it directly and may pass their own suggester.
 - The threshold in force, in order: ``--threshold`` (with ``--aggregate``), else the one tuned in
   this run on the ``tune`` inputs, else the source's own (the checkpoint's config in-process; the
-  server's per-suggestion decision over HTTP).
+  server's per-suggestion decision over HTTP). The FIM threshold likewise (``--fim-threshold``,
+  tuned, the source's own), on the aggregate in force for edits: a checkpoint has one aggregate.
 - Tuning compares every aggregate the source can score (all of ``model.scoring`` in-process) on the
   training repositories and keeps the (aggregate, threshold) with the best utility; with
   ``write_config`` it is written into the checkpoint (``update_inference_config``), which is where the
   server reads it to suppress weak suggestions. Evaluation inputs never influence the choice.
+- FIM is tuned on FIM points of the same tuning records (``tune_fim`` of them), after the edits:
+  its threshold is swept 0.00-1.00 on the aggregate the edits chose (the one ``write_config``
+  writes, so the one the server will score FIM with), with the same utility (+0.75 exact rest of
+  line, -0.25 a shown wrong one, 0 not shown) and the same choice rule (metrics.best_threshold),
+  and written as ``fim_threshold``. Either kind may be tuned without the other (a budget of 0).
 - The result dict is the ``--json`` document; the HTML report is rendered from it and also embedded
   in it (``report_html``), written next to it as ``OUT.html`` too.
 """
@@ -43,11 +49,13 @@ class ReplayConfig:
     max_points: int = 300  # next-edit requests evaluated
     max_fim: int = 200  # FIM requests evaluated
     tune_points: int = 300  # next-edit requests for tuning
+    tune_fim: int = 200  # FIM requests for tuning (0: the FIM threshold is not tuned)
     max_commits: int | None = 500  # repositories: newest N non-merge commits walked
     rev: str | None = None  # repositories: revision or range (default HEAD)
     sample: int | None = None  # repositories: seeded sample of that many commits
     threshold: float | None = None
     aggregate: str | None = None
+    fim_threshold: float | None = None  # evaluate FIM with this threshold instead
     write_config: bool = False
     json_out: str | None = None
     html_out: str | None = None
@@ -63,6 +71,7 @@ class ReplayConfig:
         for k in (
             "threshold",
             "aggregate",
+            "fim_threshold",
             "write_config",
             "json_out",
             "html_out",
@@ -73,6 +82,7 @@ class ReplayConfig:
             "max_points",
             "max_fim",
             "tune_points",
+            "tune_fim",
         ):
             d.pop(k)
         # the weights answer the requests: a resumed log of another checkpoint must not be mixed in
@@ -113,12 +123,12 @@ def collect(cfg: ReplayConfig, stats: Counter):
         )
         edits += e
         fims += f
-    tune_edits = []
+    tune_edits, tune_fims = [], []
     if cfg.tune_records:
-        tune_edits, _ = from_record_files(
-            record_files(cfg.tune_records), Budget(cfg.tune_points, 0), cfg.points, Counter()
+        tune_edits, tune_fims = from_record_files(
+            record_files(cfg.tune_records), Budget(cfg.tune_points, cfg.tune_fim), cfg.points, Counter()
         )
-    return edits, fims, tune_edits
+    return edits, fims, tune_edits, tune_fims
 
 
 def _aggregates(rows: list[dict], s: Suggester) -> list[str]:
@@ -142,13 +152,32 @@ def tune(rows: list[dict], s: Suggester) -> dict:
     }
 
 
-def write_threshold(model_dir: str | Path, chosen: dict) -> None:
+def tune_fim(rows: list[dict], aggregate: str | None, s: Suggester) -> dict:
+    """The FIM threshold with the best utility on ``rows`` under ``aggregate`` (fixed: see above)."""
+    curve = metrics.sweep(rows, aggregate)
+    best = metrics.best_threshold(curve)
+    return {
+        "score_aggregate": aggregate,
+        "auc": metrics.auc(rows, aggregate),
+        "curve": curve,
+        "chosen": {"fim_threshold": best["threshold"], "utility": best["utility"]},
+        "summary_untuned": metrics.fim_summary(rows, None, s.score_aggregate),
+        "summary_tuned": metrics.fim_summary(rows, best["threshold"], aggregate),
+    }
+
+
+def write_thresholds(model_dir: str | Path, tuning: dict) -> None:
+    """What this run tuned, into the checkpoint's ``config.json`` (``inference``)."""
     from model.checkpoint import update_inference_config
     from model.scoring import AGGREGATES
 
-    changes = {"selectivity_threshold": chosen["selectivity_threshold"]}
-    if chosen["score_aggregate"] in AGGREGATES:
-        changes["score_aggregate"] = chosen["score_aggregate"]
+    changes = {}
+    if "chosen" in tuning:
+        changes["selectivity_threshold"] = tuning["chosen"]["selectivity_threshold"]
+        if tuning["chosen"]["score_aggregate"] in AGGREGATES:
+            changes["score_aggregate"] = tuning["chosen"]["score_aggregate"]
+    if "fim" in tuning:
+        changes["fim_threshold"] = tuning["fim"]["chosen"]["fim_threshold"]
     update_inference_config(model_dir, **changes)
 
 
@@ -162,22 +191,24 @@ def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
             "--write-config needs --tune-records (tune on training repositories, never on what you report)"
         )
     stats: Counter = Counter()
-    edits, fims, tune_edits = collect(cfg, stats)
+    edits, fims, tune_edits, tune_fims = collect(cfg, stats)
     s = suggester or make_suggester(cfg)
     log_path = Path(cfg.json_out).with_suffix(".log.jsonl") if cfg.json_out else None
     log = RowLog(log_path, cfg.identity(), cfg.resume)
     complete = True
     tuning = None
-    tune_rows: list[dict] = []
+    tres = PhaseResult()
     try:
-        if tune_edits:
-            tres = run_phase("tune", tune_edits, [], s, log, cfg.batch_size, cfg.progress)
+        if tune_edits or tune_fims:
+            tres = run_phase("tune", tune_edits, tune_fims, s, log, cfg.batch_size, cfg.progress)
             complete = tres.complete
-            tune_rows = tres.edits
             if complete:
-                tuning = tune(tres.edits, s)
+                tuning = tune(tres.edits, s) if tres.edits else {}
+                if tres.fims:
+                    fagg = tuning["chosen"]["score_aggregate"] if tres.edits else s.score_aggregate
+                    tuning["fim"] = tune_fim(tres.fims, fagg, s)
                 if cfg.write_config:
-                    write_threshold(cfg.model, tuning["chosen"])
+                    write_thresholds(cfg.model, tuning)
                     tuning["written_to"] = str(Path(cfg.model) / "config.json")
         res = (
             run_phase("eval", edits, fims, s, log, cfg.batch_size, cfg.progress)
@@ -189,16 +220,24 @@ def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
         log.close()
         if isinstance(s, HttpSuggester):
             s.close()
+    server_decides = isinstance(s, HttpSuggester) and cfg.aggregate is None
     if cfg.threshold is not None:
         thr, agg = cfg.threshold, cfg.aggregate or s.score_aggregate
-    elif tuning is not None:
+    elif tuning and "chosen" in tuning:
         thr, agg = tuning["chosen"]["selectivity_threshold"], tuning["chosen"]["score_aggregate"]
     else:
         thr, agg = s.threshold, cfg.aggregate or s.score_aggregate
-        if isinstance(s, HttpSuggester) and cfg.aggregate is None:
+        if server_decides:
             thr = None  # the server's own above_threshold decides
-    result = assemble(cfg, s, res.edits, res.fims, thr, agg, tuning, stats, complete)
-    result["tune_suggestions"] = tune_rows  # labelled too: more KTO data, never in the reported figures
+    if cfg.fim_threshold is not None:
+        fim = (cfg.fim_threshold, agg)
+    elif tuning and "fim" in tuning:
+        fim = (tuning["fim"]["chosen"]["fim_threshold"], tuning["fim"]["score_aggregate"])
+    else:
+        fim = (None if server_decides else s.fim_threshold, agg)
+    result = assemble(cfg, s, res.edits, res.fims, (thr, agg), fim, tuning, stats, complete)
+    # labelled too: more KTO data, never in the reported figures
+    result["tune_suggestions"], result["tune_fim_completions"] = tres.edits, tres.fims
     if cfg.json_out:
         write_outputs(cfg, result)
     return result
@@ -209,22 +248,25 @@ def assemble(
     s: Suggester,
     edits: list[dict],
     fims: list[dict],
-    thr: float | None,
-    agg: str | None,
+    edit_rule: tuple[float | None, str | None],
+    fim_rule: tuple[float | None, str | None],
     tuning: dict | None,
     stats: Counter,
     complete: bool,
 ) -> dict:
-    for r in edits:
-        r["shown"] = metrics.is_shown(r, thr, agg)
-        r["shown_score"] = metrics.row_score(r, agg)
+    """The result document; each ``*_rule`` is the (threshold, aggregate) in force for its kind."""
+    thr, agg = edit_rule
+    for rows, (t, a) in ((edits, edit_rule), (fims, fim_rule)):
+        for r in rows:
+            r["shown"] = metrics.is_shown(r, t, a)
+            r["shown_score"] = metrics.row_score(r, a)
     robustness = dict(stats)
     errors = Counter(r["error"].split(":")[0] for r in edits + fims if r.get("error"))
     robustness.update({f"request_error:{k}": v for k, v in errors.items()})
     return {
         "summary": metrics.summarize(edits, thr, agg),
         **metrics.breakdown(edits, thr, agg),
-        "fim": metrics.fim_block(fims),
+        "fim": metrics.fim_block(fims, *fim_rule),
         "sweep": metrics.sweep(edits, agg) if edits else [],
         "tuning": tuning,
         "robustness": robustness,

@@ -24,7 +24,9 @@ Design decisions:
   overlaps, or the nearest remaining hunk when it overlaps none.
 - FIM is scored on the first line of the completion against the rest of the line: exact match
   (trailing blanks ignored) and the accepted prefix, the characters a user could accept before the
-  first wrong one.
+  first wrong one. Its label follows next edit's, so the same utility and threshold sweep apply: a
+  blank first line is ``empty`` (nothing to show), an exact one ``accepted``, anything else
+  ``rejected`` (a near miss is still a wrong ghost text).
 """
 
 from __future__ import annotations
@@ -178,6 +180,7 @@ class FimVerdict:
     exact: bool
     prefix_chars: int  # characters of the rest of the line accepted before the first wrong one
     prefix_fraction: float  # prefix_chars over the length of the rest of the line
+    label: str = "empty"  # "accepted" (exact) | "rejected" | "empty" (a blank first line)
 
 
 def judge_fim(expected: str, completion: str | None) -> FimVerdict:
@@ -188,4 +191,5 @@ def judge_fim(expected: str, completion: str | None) -> FimVerdict:
         if a != b:
             break
         n += 1
-    return FimVerdict(exact=got == want, prefix_chars=n, prefix_fraction=n / len(want) if want else 1.0)
+    label = "empty" if not got.strip() else "accepted" if got == want else "rejected"
+    return FimVerdict(got == want, n, n / len(want) if want else 1.0, label)

@@ -7,6 +7,10 @@ Design decisions:
 - Utility per request rewards a shown suggestion +0.75 when accepted and -0.25 when rejected (Cursor's
   reward), 0 when nothing is shown: staying quiet is free, so it is positive only when more than a
   quarter of what is shown gets accepted.
+- FIM rows carry the same labels (judge.py: accepted = the exact rest of the line, rejected, empty),
+  so shown rate, utility, sweeps and the threshold choice are the same functions for both kinds. A
+  FIM summary keeps ``exact_match_rate`` over all requests (the model's, whatever is shown) and adds
+  what the FIM threshold makes of it: ``shown_rate``, ``exact_among_shown`` and ``utility``.
 - ``threshold=None`` means "the source's own decision" (``above_threshold`` as the server reported it);
   a number re-decides from the row's score under the chosen aggregate, so any threshold and any
   aggregate can be evaluated offline from one replay.
@@ -177,23 +181,36 @@ def choose(comparison: dict[str, dict], prefer: str | None = None) -> tuple[str,
     return name, c["best_threshold"]
 
 
-def fim_summary(rows: list[dict]) -> dict:
+def fim_summary(rows: list[dict], threshold: float | None = None, aggregate: str | None = None) -> dict:
+    """FIM quality (the model's, shown or not) and what the threshold in force makes of it."""
     n = len(rows)
     lat = [r["latency_ms"] for r in rows if not r.get("error")]
+    shown = [r for r in rows if is_shown(r, threshold, aggregate)]
+    hits = sum(bool(r.get("exact")) for r in shown)
     return {
         "requests": n,
         "exact_match_rate": _ratio(sum(bool(r.get("exact")) for r in rows), n),
         "accepted_prefix_chars": _ratio(sum(r.get("prefix_chars", 0) for r in rows), n),
         "accepted_prefix_fraction": _ratio(sum(r.get("prefix_fraction", 0.0) for r in rows), n),
+        "shown": len(shown),
+        "shown_rate": _ratio(len(shown), n),
+        "exact_among_shown": _ratio(hits, len(shown)),
+        "utility": _ratio(REWARD_ACCEPT * hits + REWARD_REJECT * (len(shown) - hits), n),
         "errors": sum(bool(r.get("error")) for r in rows),
         "latency_ms": {"p50": percentile(lat, 0.5), "p95": percentile(lat, 0.95)},
+        "threshold": threshold,
+        "score_aggregate": aggregate,
     }
 
 
-def fim_block(rows: list[dict]) -> dict:
+def fim_block(rows: list[dict], threshold: float | None = None, aggregate: str | None = None) -> dict:
+    def by(key: str) -> dict:
+        return {k: fim_summary(v, threshold, aggregate) for k, v in group_by(rows, key).items()}
+
     return {
-        "summary": fim_summary(rows),
-        "by_position": {k: fim_summary(v) for k, v in group_by(rows, "position").items()},
-        "by_language": {k: fim_summary(v) for k, v in group_by(rows, "lang").items()},
-        "by_repository": {k: fim_summary(v) for k, v in group_by(rows, "repo").items()},
+        "summary": fim_summary(rows, threshold, aggregate),
+        "by_position": by("position"),
+        "by_language": by("lang"),
+        "by_repository": by("repo"),
+        "sweep": sweep(rows, aggregate) if rows else [],
     }

@@ -4,6 +4,8 @@ Design decisions:
 - One HTML file with inline CSS and inline SVG (svg.py): it opens offline, can be mailed or
   attached to CI, and loads nothing from the network.
 - It is rendered from the same result dict the ``--json`` output holds, so the two never disagree.
+- FIM gets the same treatment as next edit: its threshold in force, its tuning (chosen threshold,
+  ROC AUC, curves on the training repositories) and its sweep on the evaluation repositories.
 - Examples are picked deterministically (accepted and rejected proposals in id order, shown ones
   first, then ones with an actual change to compare against) and shown as unified diffs of
   the region: what the model proposed, and what the developer did.
@@ -43,6 +45,9 @@ FIM_COLS = [
     ("exact match", "exact_match_rate", "pct"),
     ("accepted prefix (chars)", "accepted_prefix_chars", "num1"),
     ("accepted prefix (share)", "accepted_prefix_fraction", "pct"),
+    ("shown rate", "shown_rate", "pct"),
+    ("exact among shown", "exact_among_shown", "pct"),
+    ("utility", "utility", "num"),
     ("p50 ms", ("latency_ms", "p50"), "ms"),
     ("p95 ms", ("latency_ms", "p95"), "ms"),
 ]
@@ -168,12 +173,13 @@ def render(result: dict) -> str:
     fim = result.get("fim") or {}
     if fim.get("summary", {}).get("requests"):
         parts.append("<h2>Fill in the middle (rest of an added line)</h2>")
+        parts.append(f"<p>{escape(_fim_threshold_line(fim['summary']))}</p>")
         parts.append(table({"all": fim["summary"], **fim.get("by_position", {})}, FIM_COLS, "scope"))
         parts.append("<h3>Per language</h3>" + table(fim.get("by_language", {}), FIM_COLS, "language"))
         parts.append("<h3>Per repository</h3>" + table(fim.get("by_repository", {}), FIM_COLS, "repository"))
     parts.append("<h2>Selectivity threshold</h2>")
-    tuning = result.get("tuning")
-    if tuning:
+    tuning = result.get("tuning") or {}
+    if "chosen" in tuning:
         ch = tuning["chosen"]
         parts.append(
             f"<p>Tuned on {tuning['summary_untuned']['requests']} requests from training "
@@ -217,6 +223,20 @@ def render(result: dict) -> str:
         )
     if result.get("sweep"):
         parts.append(_curves_chart(result["sweep"], "evaluation repositories (validation)", thr))
+    if "fim" in tuning or fim.get("sweep"):
+        parts.append("<h2>FIM threshold</h2>")
+    if "fim" in tuning:
+        parts.append(f"<p>{escape(_fim_tuning_line(tuning))}</p>")
+        ft = tuning["fim"]
+        parts.append(
+            _curves_chart(ft["curve"], "FIM, training repositories (tuning)", ft["chosen"]["fim_threshold"])
+        )
+    if fim.get("sweep"):
+        parts.append(
+            _curves_chart(
+                fim["sweep"], "FIM, evaluation repositories (validation)", fim["summary"]["threshold"]
+            )
+        )
     parts.append(
         "<h2>Examples</h2><h3>Accepted</h3>" + _examples(result.get("suggestions", []), "accepted", 5)
     )
@@ -230,6 +250,25 @@ def render(result: dict) -> str:
         )
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _fim_threshold_line(summary: dict) -> str:
+    t = summary.get("threshold")
+    return (
+        f"FIM threshold in force: {'server decides' if t is None else f'{t:.2f}'} on "
+        f"{summary.get('score_aggregate')}; a completion below it is not shown. Exact match is the "
+        "model's over all requests; shown rate, exact among shown and utility follow the threshold."
+    )
+
+
+def _fim_tuning_line(tuning: dict) -> str:
+    ft = tuning["fim"]
+    auc = ft.get("auc")
+    return (
+        f"Tuned on {ft['summary_untuned']['requests']} FIM requests from training repositories: "
+        f"{ft['score_aggregate']} >= {ft['chosen']['fim_threshold']:.2f} (utility "
+        f"{ft['chosen']['utility']:+.3f} per request, ROC AUC {fmt(auc, 'dec')})."
+    )
 
 
 def _md_table(rows: dict[str, dict], cols: list, first: str) -> str:
@@ -257,9 +296,10 @@ def markdown(result: dict) -> str:
     fim = result.get("fim") or {}
     if fim.get("summary", {}).get("requests"):
         rows = {"all": fim["summary"], **fim.get("by_position", {}), **fim.get("by_language", {})}
-        parts += ["", "**FIM (rest of an added line)**", "", _md_table(rows, FIM_COLS, "scope")]
-    tuning = result.get("tuning")
-    if tuning:
+        parts += ["", "**FIM (rest of an added line)**", "", _fim_threshold_line(fim["summary"])]
+        parts += ["", _md_table(rows, FIM_COLS, "scope")]
+    tuning = result.get("tuning") or {}
+    if "chosen" in tuning:
         rows = {
             name: {"auc": c["auc"], "best_threshold": c["best_threshold"], "best_utility": c["best_utility"]}
             for name, c in tuning["aggregates"].items()
@@ -277,4 +317,6 @@ def markdown(result: dict) -> str:
             "",
             _md_table(rows, cols, "aggregate"),
         ]
+    if "fim" in tuning:
+        parts += ["", f"**FIM tuning**: {_fim_tuning_line(tuning)}"]
     return "\n".join(parts) + "\n"

@@ -8,8 +8,8 @@ Design decisions:
   settings is refused rather than mixed in.
 - Ctrl-C stops asking, and the summary, JSON and report are still written from what finished
   (marked ``"complete": false``).
-- Two phases share one runner: ``tune`` (training repositories: choose the aggregate and threshold)
-  and ``eval`` (what is reported). Tuning never sees evaluation rows.
+- Two phases share one runner: ``tune`` (training repositories: choose the aggregate and the edit
+  and FIM thresholds) and ``eval`` (what is reported). Tuning never sees evaluation rows.
 - A row carries the prompt, the region, the suggestion and its label: the JSON output doubles as
   KTO training data (desirable = accepted, undesirable = rejected).
 """
@@ -110,6 +110,7 @@ def edit_row(phase: str, p: EditPoint, ans) -> dict:
 
 def fim_row(phase: str, p: FimPoint, ans) -> dict:
     v = judge_fim(p.expected, ans.text)
+    ok = ans.error is None
     return {
         "kind": "fim",
         "phase": phase,
@@ -121,9 +122,13 @@ def fim_row(phase: str, p: FimPoint, ans) -> dict:
         "position": p.position,
         "expected": p.expected,
         "completion": ans.text,
-        "exact": v.exact if ans.error is None else False,
-        "prefix_chars": v.prefix_chars if ans.error is None else 0,
-        "prefix_fraction": v.prefix_fraction if ans.error is None else 0.0,
+        "label": v.label if ok else "error",
+        "exact": v.exact if ok else False,
+        "prefix_chars": v.prefix_chars if ok else 0,
+        "prefix_fraction": v.prefix_fraction if ok else 0.0,
+        "score": ans.score,
+        "scores": ans.scores,
+        "above_threshold": ans.above_threshold,
         "latency_ms": ans.latency_ms,
         "error": ans.error,
     }

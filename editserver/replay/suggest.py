@@ -4,11 +4,12 @@ Design decisions:
 - One small interface (``edit(points)``, ``fim(points)``, each a list in and a list out) so the
   runner, the metrics and the tests do not care which source answers; the tests add scripted
   suggesters (always right, always wrong, silent) behind the same interface.
-- The replay needs the model's suggestion even when the selectivity threshold would hide it, to
-  sweep thresholds afterwards: in-process that is ``Completion.text``; over HTTP it is the
-  ``editserver.suggestion`` field the server adds (falling back to the message content).
+- The replay needs the model's suggestion even when a threshold would hide it, to sweep thresholds
+  afterwards: in-process that is ``Completion.text``; over HTTP it is the ``editserver.suggestion``
+  field the server adds (falling back to the message content, or the FIM text, which is "" when
+  the server suppressed it).
 - In-process, every aggregate of ``model.scoring`` is computed from the per-token confidences, so
-  aggregates can be compared; over HTTP only the server's own score is known.
+  aggregates can be compared; over HTTP only the server's own score is known. Edits and FIM alike.
 - ``batch_size`` requests are in flight together: in-process they are decoded as one batch (each
   request's latency is then the batch's wall time, what a user waiting on it would see); over HTTP
   they are sent concurrently and the server schedules them. A request the
@@ -39,15 +40,19 @@ class EditAnswer:
 
 @dataclass
 class FimAnswer:
-    text: str | None
+    text: str | None  # the model's completion, even when the source would not show it
     latency_ms: float = 0.0
     error: str | None = None
+    score: float | None = None  # as EditAnswer's
+    scores: dict[str, float] = field(default_factory=dict)
+    above_threshold: bool | None = None  # the source's own FIM threshold decision
 
 
 class Suggester(Protocol):
     name: str
-    score_aggregate: str | None  # the aggregate behind ``EditAnswer.score``
-    threshold: float | None  # the selectivity threshold the source applies
+    score_aggregate: str | None  # the aggregate behind ``EditAnswer.score`` and ``FimAnswer.score``
+    threshold: float | None  # the selectivity threshold the source applies to edits
+    fim_threshold: float | None  # the threshold it applies to FIM
 
     def edit(self, points: list[EditPoint]) -> list[EditAnswer]: ...
 
@@ -69,6 +74,7 @@ class EngineSuggester:
         self.name = f"in-process:{engine.ck.meta.get('recipe', 'model')}@{engine.ck.meta.get('step', '?')}"
         self.score_aggregate = engine.inference.score_aggregate
         self.threshold = engine.inference.selectivity_threshold
+        self.fim_threshold = engine.inference.fim_threshold
 
     def _options(self, stop: list[str] | None = None):
         from model.api import SamplingOptions
@@ -104,11 +110,15 @@ class EngineSuggester:
 
     def fim(self, points: list[FimPoint]) -> list[FimAnswer]:
         from model.api import FimRequest
+        from model.scoring import AGGREGATES, aggregate
 
         def convert(c, error: str | None = None, dt: float = 0.0) -> FimAnswer:
             if c is None:
                 return FimAnswer(None, dt * 1000, error)
-            return FimAnswer(c.text, c.latency_s * 1000)
+            # from what the engine's score aggregates (with the decision to stop), so the threshold
+            # tuned on ``scores[a]`` is the one the server applies to ``score`` under aggregate ``a``
+            scores = {name: aggregate(c.scored_confidences, name) for name in AGGREGATES}
+            return FimAnswer(c.text, c.latency_s * 1000, None, c.score, scores, c.above_threshold)
 
         reqs = [
             FimRequest(
@@ -148,6 +158,7 @@ class HttpSuggester:
         self.effort, self.seed, self.model = effort, seed, model
         self.score_aggregate: str | None = None
         self.threshold: float | None = None
+        self.fim_threshold: float | None = None
 
     def _post(self, path: str, body: dict) -> tuple[dict | None, float, str | None]:
         import httpx
@@ -188,7 +199,13 @@ class HttpSuggester:
         data, dt, err = self._post("/v1/fim/completions", body)
         if data is None:
             return FimAnswer(None, dt, err)
-        return FimAnswer((data.get("choices") or [{}])[0].get("text"), dt)
+        info = data.get("editserver") or {}
+        content = (data.get("choices") or [{}])[0].get("text")
+        # a suppressed completion comes back as ""; the model's own text is in the extra field
+        text = info.get("suggestion") if info.get("suggestion") is not None else content
+        if info.get("threshold") is not None:
+            self.fim_threshold = float(info["threshold"])
+        return FimAnswer(text, dt, None, info.get("score"), {}, info.get("above_threshold"))
 
     def _map(self, fn, points: list) -> list:
         if len(points) <= 1:

@@ -144,11 +144,15 @@ WRONG = "~~~ not what anyone wrote ~~~\n"
 
 
 class Scripted:
-    """``mode``: right | wrong | silent | mixed (right where work is left, wrong elsewhere)."""
+    """``mode``: right | wrong | silent | mixed (right where work is left, wrong elsewhere).
+
+    ``fim_mode``: right | half | empty | mixed (right at a line's start, wrong mid-line; "min"
+    separates them, 0.9 against 0.6, "mean" does not)."""
 
     name = "scripted"
     score_aggregate = "mean"
     threshold = 0.0
+    fim_threshold = 0.0
 
     def __init__(self, mode: str, fim_mode: str = "right", interrupt_after: int | None = None):
         self.mode, self.fim_mode, self.interrupt_after = mode, fim_mode, interrupt_after
@@ -180,6 +184,13 @@ class Scripted:
             return [FimAnswer(p.expected + "\nmore()", 1.0) for p in points]
         if self.fim_mode == "half":
             return [FimAnswer(p.expected[: len(p.expected) // 2] + "\u00a7", 1.0) for p in points]
+        if self.fim_mode == "mixed":
+            out = []
+            for p in points:
+                good = p.position == "start"
+                text = p.expected if good else p.expected + "\u00a7"
+                out.append(FimAnswer(text, 1.0, None, 0.5, {"mean": 0.5, "min": 0.9 if good else 0.6}, True))
+            return out
         return [FimAnswer("", 1.0) for p in points]
 
 
@@ -199,7 +210,7 @@ def config(r, **kw) -> ReplayConfig:
 # ---- the walk --------------------------------------------------------------------------------
 def test_walk_orders_hunks_like_a_developer_and_counts_skips(repos):
     stats = Counter()
-    edits, fims, _ = collect(config(repos), stats)
+    edits, fims, _, _ = collect(config(repos), stats)
     by_file = {}
     for p in edits:
         by_file.setdefault(p.path, []).append(p)
@@ -223,8 +234,8 @@ def test_walk_orders_hunks_like_a_developer_and_counts_skips(repos):
 
 
 def test_records_files_replay_the_same_walk_as_the_repositories(repos):
-    a, fa, _ = collect(config(repos), Counter())
-    b, fb, _ = collect(
+    a, fa, _, _ = collect(config(repos), Counter())
+    b, fb, _, _ = collect(
         config(repos, repos=[], records=[str(repos["shop_records"]), str(repos["web_records"])]), Counter()
     )
     key = lambda ps: sorted((p.id, p.prompt) for p in ps)  # noqa: E731
@@ -233,10 +244,10 @@ def test_records_files_replay_the_same_walk_as_the_repositories(repos):
 
 
 def test_walk_is_deterministic_with_a_seed_and_last_n_walks_the_newest(repos):
-    one, _, _ = collect(config(repos, sample=1, points=Options(seed=3)), Counter())
-    two, _, _ = collect(config(repos, sample=1, points=Options(seed=3)), Counter())
+    one, _, _, _ = collect(config(repos, sample=1, points=Options(seed=3)), Counter())
+    two, _, _, _ = collect(config(repos, sample=1, points=Options(seed=3)), Counter())
     assert [p.prompt for p in one] == [p.prompt for p in two]
-    last, _, _ = collect(config(repos, repos=[str(repos["shop"])], max_commits=1), Counter())
+    last, _, _, _ = collect(config(repos, repos=[str(repos["shop"])], max_commits=1), Counter())
     assert last == []  # the newest commit only touches skipped files
 
 
@@ -255,6 +266,8 @@ def test_always_right_is_fully_accepted(repos):
     )
     f = r["fim"]["summary"]
     assert f["requests"] == 6 and f["exact_match_rate"] == 1.0 and f["accepted_prefix_fraction"] == 1.0
+    assert f["shown_rate"] == 1.0 and f["exact_among_shown"] == 1.0 and f["utility"] == 0.75
+    assert {x["label"] for x in r["fim_completions"]} == {"accepted"}
 
 
 def test_always_wrong_is_never_accepted(repos):
@@ -265,6 +278,8 @@ def test_always_wrong_is_never_accepted(repos):
     assert {x["label"] for x in r["suggestions"]} == {"rejected"}
     f = r["fim"]["summary"]
     assert f["exact_match_rate"] == 0.0 and f["accepted_prefix_chars"] == 0.0
+    # a blank completion is nothing shown, not a wrong one: it costs nothing
+    assert f["shown_rate"] == 0.0 and f["exact_among_shown"] is None and f["utility"] == 0.0
 
 
 def test_silent_is_never_shown(repos):
@@ -276,6 +291,7 @@ def test_silent_is_never_shown(repos):
     expect = sum(len(x["expected"].rstrip()) // 2 for x in r["fim_completions"]) / 6
     assert f["summary"]["accepted_prefix_chars"] == pytest.approx(expect)
     assert f["summary"]["exact_match_rate"] == 0.0 and set(f["by_position"]) == {"mid", "start"}
+    assert f["summary"]["shown_rate"] == 1.0 and f["summary"]["utility"] == pytest.approx(-0.25)
 
 
 def test_threshold_in_force_suppresses_and_sweep_matches(repos):
@@ -316,6 +332,63 @@ def test_tuning_chooses_aggregate_and_threshold_on_training_repos_and_writes_con
     from model.checkpoint import load_checkpoint
 
     assert load_checkpoint(ck).inference.selectivity_threshold == 0.55
+
+
+def test_fim_threshold_is_tuned_on_training_repos_applied_to_held_out_and_written(
+    repos, tmp_path, tiny_checkpoint
+):
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ck)
+    md = tmp_path / "r.md"
+    cfg = config(
+        repos,
+        repos=[str(repos["shop"])],
+        tune_records=[str(repos["web_records"])],
+        model=str(ck),
+        write_config=True,
+        json_out=str(tmp_path / "r.json"),
+        markdown_out=str(md),
+    )
+    r = run(cfg, Scripted("mixed", fim_mode="mixed"))
+    ft = r["tuning"]["fim"]
+    # web: one right completion (min 0.9) and one wrong (min 0.6), swept on the aggregate the edits
+    # chose ("min"; "mean" is 0.5 for both); best utility on 0.61-0.90, whose middle is 0.75
+    assert ft["score_aggregate"] == r["tuning"]["chosen"]["score_aggregate"] == "min"
+    assert ft["auc"] == 1.0 and ft["chosen"] == {"fim_threshold": 0.75, "utility": pytest.approx(0.375)}
+    assert ft["summary_untuned"]["requests"] == 2 and ft["summary_untuned"]["utility"] == pytest.approx(0.25)
+    tuned_on = r["tune_fim_completions"]
+    assert len(tuned_on) == 2 and {(x["phase"], x["repo"]) for x in tuned_on} == {("tune", "acme/web")}
+    # held out (shop, never tuned on): two right at a line's start, two wrong mid-line
+    f = r["fim"]["summary"]
+    assert (f["requests"], f["shown"], f["threshold"], f["score_aggregate"]) == (4, 2, 0.75, "min")
+    assert f["exact_match_rate"] == 0.5 and f["exact_among_shown"] == 1.0
+    assert f["utility"] == pytest.approx(0.75 * 2 / 4)
+    assert all(x["shown"] == (x["position"] == "start") for x in r["fim_completions"])
+    assert {x["repo"] for x in r["fim_completions"]} == {"acme/shop"}
+    saved = json.loads((ck / "config.json").read_text())["inference"]
+    assert saved["fim_threshold"] == 0.75 and saved["selectivity_threshold"] == 0.55
+    from model.checkpoint import load_checkpoint
+
+    assert load_checkpoint(ck).inference.fim_threshold == 0.75
+    assert "**FIM tuning**" in md.read_text() and "min >= 0.75" in md.read_text()
+    html = (tmp_path / "r.html").read_text()
+    assert "FIM threshold" in html and "exact among shown" in html
+
+
+def test_fim_threshold_flag_else_the_sources_own(repos):
+    r = run(config(repos, fim_threshold=0.7, aggregate="min"), Scripted("right", fim_mode="mixed"))
+    f = r["fim"]
+    assert (f["summary"]["shown"], f["summary"]["threshold"], f["summary"]["exact_among_shown"]) == (
+        3,
+        0.7,
+        1.0,
+    )
+    curve = {c["threshold"]: c for c in f["sweep"]}
+    assert curve[0.6]["shown_rate"] == 1.0 and curve[0.61]["shown_rate"] == 0.5
+    assert curve[0.91]["shown_rate"] == 0.0 and curve[0.61]["utility"] == pytest.approx(0.375)
+    r = run(config(repos), Scripted("right", fim_mode="mixed"))
+    assert (r["fim"]["summary"]["threshold"], r["fim"]["summary"]["shown"]) == (0.0, 6)
+    assert r["tuning"] is None
 
 
 def test_json_output_report_and_resume_after_interrupt(repos, tmp_path):

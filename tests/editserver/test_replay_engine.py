@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.editserver.test_replay import build_repos
+from tests.editserver.test_replay import build_repos, write_records
 
 LABELS = {"accepted", "rejected", "unchanged", "empty", "error"}
 SMALL = ["--region-lines", "6", "--context-lines", "2", "--history", "1", "--max-steps", "1", "--no-progress"]
@@ -30,8 +31,15 @@ def editserver(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def shop(tmp_path_factory) -> Path:
-    return build_repos(tmp_path_factory.mktemp("engine-repos"))[0]
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("engine-repos")
+    shop, web = build_repos(root)
+    return shop, write_records(web, root / "acme+web.jsonl.xz")
+
+
+@pytest.fixture(scope="module")
+def shop(built) -> Path:
+    return built[0]
 
 
 def check_result(doc: dict, requests: int) -> None:
@@ -71,6 +79,53 @@ def test_cli_in_process_with_a_checkpoint(shop, tmp_path, tiny_checkpoint):
     assert all(set(row["scores"]) == set(AGGREGATES) for row in doc["suggestions"])
     assert doc["summary"]["score_aggregate"] == "mean" and doc["summary"]["threshold"] == 0.0
     assert out.with_suffix(".html").read_text().startswith("<!doctype html>")
+
+
+def test_cli_tunes_and_writes_the_fim_threshold(built, tmp_path, tiny_checkpoint):
+    shop, web_records = built
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ck)
+    out = tmp_path / "t.json"
+    r = editserver(
+        "replay",
+        str(shop),
+        "--in-process",
+        "--model",
+        str(ck),
+        "--tune-records",
+        str(web_records),
+        "--tune-points",
+        "1",
+        "--tune-fim",
+        "2",
+        "--max-points",
+        "1",
+        "--max-fim",
+        "2",
+        "--effort",
+        "instant",
+        "--write-config",
+        "--json",
+        str(out),
+        *SMALL,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "FIM tuned on training repositories" in r.stdout
+    doc = json.loads(out.read_text())
+    ft = doc["tuning"]["fim"]
+    chosen = ft["chosen"]["fim_threshold"]
+    assert ft["summary_untuned"]["requests"] == 2 and len(doc["tune_fim_completions"]) == 2
+    assert ft["score_aggregate"] == doc["tuning"]["chosen"]["score_aggregate"]
+    for row in doc["tune_fim_completions"]:  # the engine's score is what a threshold is tuned on
+        assert row["scores"][doc["tuning"]["chosen"]["score_aggregate"]] is not None
+        assert row["scores"]["mean"] == pytest.approx(row["score"])  # the tiny checkpoint's aggregate
+    if not any(row["label"] == "accepted" for row in doc["tune_fim_completions"]):
+        assert chosen == 1.0  # the random model's completions never pay: suppress them all
+    saved = json.loads((ck / "config.json").read_text())["inference"]
+    assert saved["fim_threshold"] == chosen
+    assert saved["selectivity_threshold"] == doc["tuning"]["chosen"]["selectivity_threshold"]
+    f = doc["fim"]["summary"]
+    assert f["threshold"] == chosen and f["requests"] == 2
 
 
 def test_cli_errors_are_one_line_and_status_2(tmp_path):
@@ -113,9 +168,12 @@ def test_http_against_a_real_server(shop, tmp_path, tiny_checkpoint):
     assert r.returncode == 0, r.stderr + r.stdout
     doc = json.loads(out.read_text())
     check_result(doc, 2)
-    # over HTTP the server's own selectivity decision is the threshold in force
-    assert doc["summary"]["threshold"] is None
+    # over HTTP the server's own selectivity decisions are the thresholds in force
+    assert doc["summary"]["threshold"] is None and doc["fim"]["summary"]["threshold"] is None
     assert all(isinstance(row["above_threshold"], bool) for row in doc["suggestions"])
+    for row in doc["fim_completions"]:
+        assert isinstance(row["above_threshold"], bool) and 0.0 <= row["score"] <= 1.0
+        assert row["label"] in LABELS and row["shown"] == (row["label"] in ("accepted", "rejected"))
 
 
 @pytest.mark.slow

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sqlite3
 
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from tests.lsp.conftest import lsp_session
+from tests.lsp.conftest import free_port, lsp_session, start_http, stop, wait_healthy
 
 SRC = "def add(a, b):\n    return a + b\n\n\ndef main():\n    total = add(1, 2)\n    print(total)\n"
 URI = "file:///work/calc.py"
@@ -176,3 +177,34 @@ async def test_prompt_carries_definitions_from_other_open_files(tiny_server, bas
         assert prefix.startswith("# geometry.py\n# def scale(v, k):\n#     return v * k\n")
         assert "unused" not in prefix  # only definitions of names used near the cursor
         assert prefix.endswith("    big = scale(3, 4)\n    ")
+
+
+@pytest.fixture(scope="module")
+def strict_server(tiny_checkpoint, tmp_path_factory):
+    """The tiny checkpoint with ``fim_threshold`` 1.0: every FIM answer comes back as ""."""
+    from model.checkpoint import update_inference_config
+
+    root = tmp_path_factory.mktemp("strict")
+    shutil.copytree(tiny_checkpoint, root / "ck")
+    update_inference_config(root / "ck", fim_threshold=1.0)
+    port = free_port()
+    proc = start_http(root / "ck", port, root / "serve.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        stop(proc)
+
+
+async def test_a_completion_the_server_suppresses_shows_nothing(
+    tiny_server, strict_server, base_options, telemetry_path
+):
+    async with lsp_session(tiny_server, base_options) as s:
+        s.open(URI, SRC, "python")
+        assert len((await s.inline(URI, 6, 4)).items) == 1  # the same request, shown at threshold 0
+    async with lsp_session(strict_server, base_options) as s:
+        s.open(URI, SRC, "python")
+        assert not (await s.inline(URI, 6, 4)).items
+        await s.state(URI)
+    assert len(rows(telemetry_path, "SELECT id FROM suggestions")) == 1  # only the shown one is logged

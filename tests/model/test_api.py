@@ -240,3 +240,70 @@ def test_a_draft_model_gets_the_region_as_its_edit_canvas_draft(tiny_checkpoint)
         drafted.copy_gate.bias.fill_(1000.0)  # copy, whatever the network says
     assert eng.complete(EditRequest(prompt)).text == region
     assert eng.complete(fim).text == before[1], "FIM rows have no draft"
+
+
+# ---- the FIM threshold -------------------------------------------------------------------------
+FIM_REQ = ("class Point:\n    def __init__(self, x, y):\n", "")
+EDIT_PROMPT = build_prompt(EditPrompt("a.py", "import os\n", "def f(x):\n    return x\n", 4, "\nf(1)\n"))
+
+
+def with_inference(tiny_checkpoint, tmp_path, **changes) -> Engine:
+    """An engine on a copy of the tiny checkpoint whose config.json carries ``changes``."""
+    import shutil
+
+    from model.checkpoint import update_inference_config
+
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ck, dirs_exist_ok=True)
+    update_inference_config(ck, **changes)
+    return Engine.load(ck)
+
+
+def test_fim_threshold_decides_above_threshold_and_leaves_edits_alone(tiny_checkpoint, tmp_path) -> None:
+    base = Engine.load(tiny_checkpoint)
+    assert base.inference.fim_threshold == 0.0
+    c = base.complete(FimRequest(*FIM_REQ, max_tokens=16))
+    assert c.text.strip() and c.score < 1.0 and c.above_threshold
+    from model.scoring import aggregate
+
+    assert aggregate(c.scored_confidences, base.inference.score_aggregate) == c.score
+    edit = base.complete(EditRequest(EDIT_PROMPT))
+    at = with_inference(tiny_checkpoint, tmp_path, fim_threshold=c.score)
+    same = at.complete(FimRequest(*FIM_REQ, max_tokens=16))
+    assert (same.text, same.score, same.above_threshold) == (c.text, c.score, True)  # >= clears it
+    above = with_inference(tiny_checkpoint, tmp_path, fim_threshold=math.nextafter(c.score, 1.0))
+    below = above.complete(FimRequest(*FIM_REQ, max_tokens=16))
+    # the text is still the model's (the server decides what to send), only the verdict changes
+    assert (below.text, below.score, below.above_threshold) == (c.text, c.score, False)
+    e = above.complete(EditRequest(EDIT_PROMPT))
+    assert (e.text, e.score, e.above_threshold, e.unchanged) == (
+        edit.text,
+        edit.score,
+        edit.above_threshold,
+        edit.unchanged,
+    )
+
+
+def test_a_blank_fim_answer_is_never_above_the_threshold(engine: Engine) -> None:
+    full = engine.complete(FimRequest(*FIM_REQ, max_tokens=16))
+    assert engine.inference.fim_threshold == 0.0 and full.text.strip()
+    cut = engine.complete(FimRequest(*FIM_REQ, max_tokens=16, options=SamplingOptions(stop=[full.text[0]])))
+    assert cut.text == "" and cut.above_threshold is False
+
+
+def test_old_config_without_fim_threshold_loads_with_zero(tiny_checkpoint, tmp_path) -> None:
+    import json
+    import shutil
+
+    from model.checkpoint import load_checkpoint
+    from model.config import InferenceConfig
+
+    assert InferenceConfig.from_dict({}).fim_threshold == 0.0
+    assert InferenceConfig.from_dict({"fim_threshold": 0.4}).fim_threshold == 0.4
+    assert InferenceConfig(fim_threshold=0.3).to_dict()["fim_threshold"] == 0.3
+    ck = tmp_path / "old"
+    shutil.copytree(tiny_checkpoint, ck)
+    cfg = json.loads((ck / "config.json").read_text())
+    cfg["inference"].pop("fim_threshold")
+    (ck / "config.json").write_text(json.dumps(cfg))
+    assert load_checkpoint(ck).inference.fim_threshold == 0.0
