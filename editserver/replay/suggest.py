@@ -103,7 +103,9 @@ class EngineSuggester:
         def convert(c, error: str | None = None, dt: float = 0.0) -> EditAnswer:
             if c is None:
                 return EditAnswer(None, latency_ms=dt * 1000, error=error)
-            scores = {name: aggregate(c.token_confidences, name) for name in AGGREGATES}
+            # what the server's score aggregates (the answer and the decision to stop), so a threshold
+            # tuned on these scores is applied by the server to the same number
+            scores = {name: aggregate(c.scored_confidences, name) for name in AGGREGATES}
             return EditAnswer(c.text, c.score, scores, c.above_threshold, c.latency_s * 1000)
 
         return self._run([EditRequest(prompt=p.prompt, options=self._options()) for p in points], convert)
