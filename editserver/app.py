@@ -16,6 +16,8 @@ Design decisions:
   ``View``, so they agree. Our ``editserver`` field carries the score, whether it cleared the
   threshold in force for its kind, that threshold, the outcome and the model's own text, for
   clients that want to decide themselves.
+- ``serve --fim-threshold/--edit-threshold`` (Settings) replace the checkpoint's thresholds on the
+  engine before anything is served, so every answer, the ``editserver`` field and the replay agree.
 - Streams are Server-Sent Events ending in ``data: [DONE]``. The diffusion canvas is decoded in
   parallel, so a plain stream sends the answer as one chunk when it is ready; ``diffusing: true``
   sends every intermediate draft, each one the whole current text that replaces the previous one
@@ -31,6 +33,7 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
@@ -84,6 +87,16 @@ def _sse(obj: dict | str) -> bytes:
 
 def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     engine = engine if engine is not None else Engine.load(settings.model, settings.device)
+    overrides = {
+        k: v
+        for k, v in (
+            ("fim_threshold", settings.fim_threshold),
+            ("selectivity_threshold", settings.edit_threshold),
+        )
+        if v is not None
+    }
+    if overrides:  # the engine decides above/below threshold itself, so it must see the served value
+        engine.inference = dataclasses.replace(engine.inference, **overrides)
     metrics = Metrics()
     scheduler = Scheduler(engine, metrics, settings.max_queue, settings.max_batch)
     cap = min(settings.max_output_tokens or engine.max_output_tokens, engine.max_output_tokens)

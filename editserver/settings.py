@@ -5,6 +5,9 @@ Design decisions:
   load benchmark build it directly, and ``create_app(settings)`` reads nothing else.
 - Defaults favour one developer machine: loopback only, a bounded queue (so overload is a fast 429,
   never an ever-growing backlog), small opportunistic batches.
+- ``fim_threshold`` / ``edit_threshold`` override the checkpoint's tuned thresholds for this server
+  only (``serve --fim-threshold 0`` shows every non-blank completion of a checkpoint whose tuned
+  threshold hides them all); None keeps the checkpoint's value, and the checkpoint is never edited.
 - ``max_output_tokens`` caps every canvas (FIM ``max_tokens`` and the edit rewrite) so an operator can
   bound worst-case latency on a CPU; requests asking for more are clamped, and the cap is what
   ``/v1/models`` reports as ``max_output_length``.
@@ -33,6 +36,8 @@ class Settings:
     max_batch: int = 8  # compatible queued requests decoded together in one batch
     max_output_tokens: int | None = None  # canvas cap; None: the engine's own limit (1024)
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    fim_threshold: float | None = None  # None: the checkpoint's inference.fim_threshold
+    edit_threshold: float | None = None  # None: the checkpoint's inference.selectivity_threshold
     log_level: str = "info"
     extra: dict = field(default_factory=dict)  # free-form provenance shown by /health
 
@@ -43,5 +48,10 @@ class Settings:
             raise ValueError("max_batch must be at least 1")
         if self.max_output_tokens is not None and self.max_output_tokens < 1:
             raise ValueError("max_output_tokens must be at least 1")
+        for name in ("fim_threshold", "edit_threshold"):
+            value = getattr(self, name)
+            # scores are confidences in [0, 1]; NaN fails both comparisons and is refused too
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")

@@ -70,6 +70,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="cap on every canvas (default: the engine's limit, 1024)",
     )
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    p.add_argument(
+        "--fim-threshold",
+        type=float,
+        default=None,
+        help="show FIM completions scoring at least this (0-1; default: the checkpoint's fim_threshold)",
+    )
+    p.add_argument(
+        "--edit-threshold",
+        type=float,
+        default=None,
+        help="show next edits scoring at least this (0-1; default: the checkpoint's selectivity_threshold)",
+    )
     p.add_argument("--model-name", default="editserver", help="id listed first by /v1/models")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
@@ -92,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
             max_batch=args.max_batch,
             max_output_tokens=args.max_output_tokens,
             threads=args.threads,
+            fim_threshold=args.fim_threshold,
+            edit_threshold=args.edit_threshold,
             log_level=args.log_level,
         )
     except ValueError as exc:

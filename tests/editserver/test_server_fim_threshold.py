@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import openai
@@ -156,3 +159,37 @@ def test_replay_over_http_reads_the_model_text_of_a_suppressed_completion(shown,
     # the server sent "", but the replay judges (and sweeps) what the model wrote
     assert ans.error is None and ans.text == model_text and ans.above_threshold is False
     assert s.fim_threshold == 1.0 and 0.0 <= ans.score < 1.0
+
+
+def test_serve_flags_override_the_checkpoint_thresholds(shown, strict):
+    """``--fim-threshold 0`` on the strict checkpoint shows what the plain one shows; the edit
+    threshold flag reaches the next-edit answers; the checkpoint's config.json is left alone."""
+    strict_ck = Path(strict.args[strict.args.index("--model") + 1])
+    saved = (strict_ck / "config.json").read_text()
+    with LocalServer(["--model", str(strict_ck), "--fim-threshold", "0", "--edit-threshold", "1"]) as s:
+        a, b = fim(shown), fim(s)
+        assert b["choices"][0] == a["choices"][0] and stable(b["editserver"]) == stable(a["editserver"])
+        body = {"messages": [{"role": "user", "content": ZED_PROMPT}]}
+        edit = httpx.post(f"{s.url}/v1/edit/completions", json=body, timeout=60).json()
+        assert edit["editserver"]["threshold"] == 1.0 and edit["editserver"]["above_threshold"] is False
+    assert (strict_ck / "config.json").read_text() == saved
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan"])
+def test_serve_refuses_a_threshold_outside_0_1(tiny_checkpoint, value):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "editserver.cli",
+            "serve",
+            "--model",
+            str(tiny_checkpoint),
+            "--fim-threshold",
+            value,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "fim_threshold must be between 0 and 1" in r.stderr

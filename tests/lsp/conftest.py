@@ -50,9 +50,9 @@ def quiet_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def start_http(model: Path, port: int, log: Path) -> subprocess.Popen:
+def start_http(model: Path, port: int, log: Path, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "editserver.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--model", str(model), "--threads", "1", "--log-level", "warning"]
+    cmd += ["--model", str(model), "--threads", "1", "--log-level", "warning", *extra]
     return subprocess.Popen(cmd, cwd=REPO, env=quiet_env(), stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
@@ -98,7 +98,11 @@ def tiny_server(tiny_checkpoint, tmp_path_factory) -> Any:
 def shipped_server(shipped_checkpoint, tmp_path_factory):
     """URL of a real ``editserver serve`` running the shipped checkpoint (slow tests only)."""
     port = free_port()
-    proc = start_http(shipped_checkpoint, port, tmp_path_factory.mktemp("serve") / "serve.log")
+    # --fim-threshold 0: the shipped tuned threshold may hide every FIM answer, and these tests check
+    # what the LSP does with the model's real text (the edit threshold stays the shipped one)
+    proc = start_http(
+        shipped_checkpoint, port, tmp_path_factory.mktemp("serve") / "serve.log", "--fim-threshold", "0"
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, timeout=600)
