@@ -111,9 +111,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--ordered-share",
         type=float,
-        default=0.5,
+        default=0.0,
         help="share of each batch masked block-ordered, the states the semi-autoregressive sampler "
-        "decodes (model/diffusion.py); 0 = uniform MDLM masking only (default 0.5)",
+        "decodes (model/diffusion.py; experimental, README); 0 = uniform MDLM masking only (default 0)",
     )
     p.set_defaults(func=run)
 
