@@ -301,9 +301,9 @@ def test_threshold_in_force_suppresses_and_sweep_matches(repos):
     assert curve[0.9]["shown_rate"] == pytest.approx(0.7) and curve[0.91]["shown_rate"] == 0.0
 
 
-def test_tuning_chooses_aggregate_and_threshold_on_training_repos_and_writes_config(
-    repos, tmp_path, tiny_checkpoint
-):
+def tuning_config(repos, tmp_path, tiny_checkpoint, **extra):
+    """A copy of the tiny checkpoint, and a config that tunes on acme/web, replays acme/shop and
+    writes the tuned thresholds into that copy."""
     ck = tmp_path / "ck"
     shutil.copytree(tiny_checkpoint, ck)
     cfg = config(
@@ -312,7 +312,15 @@ def test_tuning_chooses_aggregate_and_threshold_on_training_repos_and_writes_con
         tune_records=[str(repos["web_records"])],
         model=str(ck),
         write_config=True,
+        **extra,
     )
+    return ck, cfg
+
+
+def test_tuning_chooses_aggregate_and_threshold_on_training_repos_and_writes_config(
+    repos, tmp_path, tiny_checkpoint
+):
+    ck, cfg = tuning_config(repos, tmp_path, tiny_checkpoint)
     r = run(cfg, Scripted("mixed"))
     t = r["tuning"]
     # web: 2 right (min 0.8), 1 wrong (min 0.3); "mean" is 0.5 for all and cannot separate them
@@ -337,17 +345,9 @@ def test_tuning_chooses_aggregate_and_threshold_on_training_repos_and_writes_con
 def test_fim_threshold_is_tuned_on_training_repos_applied_to_held_out_and_written(
     repos, tmp_path, tiny_checkpoint
 ):
-    ck = tmp_path / "ck"
-    shutil.copytree(tiny_checkpoint, ck)
     md = tmp_path / "r.md"
-    cfg = config(
-        repos,
-        repos=[str(repos["shop"])],
-        tune_records=[str(repos["web_records"])],
-        model=str(ck),
-        write_config=True,
-        json_out=str(tmp_path / "r.json"),
-        markdown_out=str(md),
+    ck, cfg = tuning_config(
+        repos, tmp_path, tiny_checkpoint, json_out=str(tmp_path / "r.json"), markdown_out=str(md)
     )
     r = run(cfg, Scripted("mixed", fim_mode="mixed"))
     ft = r["tuning"]["fim"]

@@ -17,8 +17,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,35 +80,34 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-@pytest.fixture(scope="session")
-def tiny_server(tiny_checkpoint, tmp_path_factory) -> Any:
-    """URL of a real ``editserver serve`` running the tiny checkpoint."""
+@contextmanager
+def serving(model: Path, log: Path, *extra: str, timeout: float = 180.0) -> Iterator[str]:
+    """A real ``editserver serve`` of ``model`` on a free loopback port; yields its URL."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    proc = start_http(tiny_checkpoint, port, log)
+    proc = start_http(model, port, log, *extra)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc)
+        wait_healthy(url, proc, timeout=timeout)
         yield url
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_checkpoint, tmp_path_factory) -> Any:
+    """URL of a real ``editserver serve`` running the tiny checkpoint."""
+    with serving(tiny_checkpoint, tmp_path_factory.mktemp("serve") / "serve.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
 def shipped_server(shipped_checkpoint, tmp_path_factory):
     """URL of a real ``editserver serve`` running the shipped checkpoint (slow tests only)."""
-    port = free_port()
-    # --fim-threshold 0: the shipped tuned threshold may hide every FIM answer, and these tests check
+    # --fim-threshold 0: the shipped tuned threshold hides every FIM answer, and these tests check
     # what the LSP does with the model's real text (the edit threshold stays the shipped one)
-    proc = start_http(
-        shipped_checkpoint, port, tmp_path_factory.mktemp("serve") / "serve.log", "--fim-threshold", "0"
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, timeout=600)
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with serving(shipped_checkpoint, log, "--fim-threshold", "0", timeout=600) as url:
         yield url
-    finally:
-        stop(proc)
 
 
 class Session:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import sqlite3
 
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from tests.lsp.conftest import free_port, lsp_session, start_http, stop, wait_healthy
+from tests.lsp.conftest import lsp_session, serving
 
 SRC = "def add(a, b):\n    return a + b\n\n\ndef main():\n    total = add(1, 2)\n    print(total)\n"
 URI = "file:///work/calc.py"
@@ -181,20 +180,10 @@ async def test_prompt_carries_definitions_from_other_open_files(tiny_server, bas
 
 @pytest.fixture(scope="module")
 def strict_server(tiny_checkpoint, tmp_path_factory):
-    """The tiny checkpoint with ``fim_threshold`` 1.0: every FIM answer comes back as ""."""
-    from model.checkpoint import update_inference_config
-
-    root = tmp_path_factory.mktemp("strict")
-    shutil.copytree(tiny_checkpoint, root / "ck")
-    update_inference_config(root / "ck", fim_threshold=1.0)
-    port = free_port()
-    proc = start_http(root / "ck", port, root / "serve.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
+    """The tiny checkpoint served with ``--fim-threshold 1``: every FIM answer comes back as ""."""
+    log = tmp_path_factory.mktemp("strict") / "serve.log"
+    with serving(tiny_checkpoint, log, "--fim-threshold", "1") as url:
         yield url
-    finally:
-        stop(proc)
 
 
 async def test_a_completion_the_server_suppresses_shows_nothing(
