@@ -115,6 +115,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="share of each batch masked block-ordered, the states the semi-autoregressive sampler "
         "decodes (model/diffusion.py; experimental, README); 0 = uniform MDLM masking only (default 0)",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model for training (about 20 s of compilation first; 1.08x per step "
+        "on a 2-core AVX2 CPU, README)",
+    )
     p.set_defaults(func=run)
 
 
@@ -204,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         canvas_draft=args.canvas_draft,
         ordered_share=args.ordered_share,
+        compile=args.compile,
     )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")

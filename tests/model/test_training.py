@@ -299,3 +299,27 @@ def test_a_run_gains_the_draft_input_on_resume_and_keeps_it(tmp_path) -> None:
     cfg.steps, cfg.canvas_draft = 9, False  # resumed without the flag: the run keeps its draft input
     ck = load_checkpoint(train(cfg))
     assert ck.model.cfg.canvas_draft and ck.meta["step"] == 9
+
+
+@pytest.mark.slow  # a cold inductor compile takes one to two minutes on 2 CPU cores
+def test_compiled_training_matches_eager(tmp_path) -> None:
+    """``--compile`` trains the same model: from the same initial weights and batches, the weights
+    after a few steps equal eager training's (up to kernel rounding), under the same names."""
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    b = RowBuilder(tok, 64, random.Random(0))
+    rows = [r for r in (b.fim("".join(CORPUS[i : i + 3])) for i in range(100)) if r][:16]
+    RowStore.write(tmp_path / "data" / "train", iter(rows), len(rows), 64, tok.eot_id)
+    tok.save(tmp_path / "data" / "tokenizer.json")
+    weights = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)  # the same initial weights for both runs
+        cfg = TrainConfig(run_dir=tmp_path / f"run-{compiled}", data_dir=tmp_path / "data", preset="tiny")
+        cfg.steps, cfg.batch_size, cfg.eval_every, cfg.warmup, cfg.compile = 3, 4, 3, 1, compiled
+        weights[compiled] = load_checkpoint(train(cfg)).model.state_dict()
+    assert set(weights[True]) == set(weights[False])
+    torch.manual_seed(0)
+    init = Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": tok.vocab_size}))
+    wq = "layers.0.attn.wq.weight"
+    assert not torch.allclose(init.state_dict()[wq], weights[False][wq].float()), "3 steps changed nothing"
+    for k, w in weights[False].items():
+        torch.testing.assert_close(weights[True][k], w, rtol=1e-3, atol=1e-4)
