@@ -295,22 +295,33 @@ class Engine:
         return [i for i in self.tok.special_ids.values() if i != self.tok.eot_id]
 
     @torch.no_grad()
-    def middle_ce(self, req: FimRequest, middle: str) -> float:
-        """Mean cross-entropy (nats/token) of ``middle`` and its end-of-text on a fully masked FIM
-        canvas: the t = 1 term of the diffusion loss (model/diffusion.py) for one known answer. A
-        smooth quality signal for benchmarks where a weak model's pass@1 is near zero."""
+    def middle_ce(self, req: FimRequest, middle: str, left_to_right: bool = False) -> float:
+        """Mean cross-entropy (nats/token) of ``middle`` and its end-of-text on a FIM canvas: a smooth
+        quality signal for benchmarks where a weak model's pass@1 is near zero.
+
+        Fully masked (the default): every answer token scored from the context alone, the t = 1 term
+        of the diffusion loss (model/diffusion.py). ``left_to_right``: answer token k scored with
+        tokens < k written and the rest still masked (teacher forcing), the state a block-of-one
+        decode meets at each step, so it tracks what greedy decoding can get right."""
         n = req.max_tokens if req.max_tokens is not None else self.inference.fim_max_tokens
         ctx = self._fim_context(req, n)
         target = [*self.tok.encode(middle), self.tok.eot_id][:n]
-        ids = torch.tensor([ctx + [self.tok.mask_id] * n], device=self.device)  # [1, Lc + n]
-        cols = torch.arange(len(ctx), len(ctx) + len(target), device=self.device)  # the answer's positions
+        T = len(target)
+        mask = self.tok.mask_id
+        if left_to_right:  # row k: the answer's first k tokens, then masks; scored at position k
+            rows = [ctx + target[:k] + [mask] * (n - k) for k in range(T)]
+            scored_at = [len(ctx) + k for k in range(T)]
+        else:  # one fully masked row scored at every answer position
+            rows, scored_at = [ctx + [mask] * n], [len(ctx) + k for k in range(T)]
+        ids = torch.tensor(rows, device=self.device)  # [R, Lc + n]
+        which = torch.arange(T, device=self.device) if left_to_right else torch.zeros(T, dtype=torch.long)
         scored = self.model(
             ids,
-            context_lens=torch.tensor([len(ctx)], device=self.device),
-            logits_index=(torch.zeros_like(cols), cols),  # project only these, as training does
-        ).float()  # [T, V]
+            context_lens=torch.full((len(rows),), len(ctx), device=self.device),
+            logits_index=(which.to(self.device), torch.tensor(scored_at, device=self.device)),
+        ).float()  # [T, V]; only these positions are projected, as training does
         # over the tokens the sampler may propose: never the mask or a layout tag (denoise)
-        scored[:, [self.tok.mask_id, *self._suppressed()]] = float("-inf")
+        scored[:, [mask, *self._suppressed()]] = float("-inf")
         return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
 
     def _stop_hook(self, stops: list[list[str]]):

@@ -13,6 +13,10 @@ Design decisions:
   of a line from a mid-line cursor): that is what inline completion asks for.
 - Rows are written to a ``uint16`` memmap (vocab < 65,536) plus two small index arrays, so training
   reads batches without Python work per token and several runs can share one corpus build.
+- A corpus can be built by several forked processes (``RowStore.write_sharded``): shard k is its own
+  seeded row stream written into its slice of the memmap, so a 16-core GPU host builds a large
+  corpus in its first minutes. Shard 0 is the single-process stream, so one worker gives exactly
+  the rows every earlier recipe built.
 - Whole repositories are held out for validation (HELD_OUT_REPOS); their packages are also skipped
   when site-packages is scanned so held-out code never leaks into training.
 """
@@ -21,10 +25,11 @@ from __future__ import annotations
 
 import json
 import lzma
+import multiprocessing
 import os
 import random
 import sysconfig
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,6 +244,74 @@ class RowStore:
         np.save(directory / "meta.npy", meta)
         (directory / "info.json").write_text(json.dumps({"seq_len": seq_len, "rows": n, **(info or {})}))
 
+    @staticmethod
+    def write_sharded(
+        directory: Path,
+        shard_rows: Callable[[int, int], Iterable[Row]],
+        n: int,
+        seq_len: int,
+        pad_id: int,
+        workers: int,
+        info: dict | None = None,
+    ) -> None:
+        """Write ``n`` rows built by ``workers`` forked processes: ``shard_rows(k, n_k)`` yields shard
+        k's ``n_k`` rows, which fill rows [lo_k, lo_k + n_k). One worker is ``write`` in-process."""
+        if workers <= 1:
+            RowStore.write(directory, shard_rows(0, n), n, seq_len, pad_id, info)
+            return
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        np.memmap(directory / "ids.u16", dtype=np.uint16, mode="w+", shape=(n, seq_len)).flush()
+        bounds = [n * k // workers for k in range(workers + 1)]
+        ctx = multiprocessing.get_context("fork")  # shares the corpus texts without pickling them
+        procs = [
+            ctx.Process(
+                target=_fill_shard,
+                args=(directory, shard_rows, k, bounds[k], bounds[k + 1], n, seq_len, pad_id),
+            )
+            for k in range(workers)
+        ]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join()
+        failed = [k for k, proc in enumerate(procs) if proc.exitcode != 0]
+        if failed:
+            raise RuntimeError(f"corpus shards {failed} failed to build (see their errors above)")
+        parts = [directory / f"meta-{k}.npy" for k in range(workers)]
+        np.save(directory / "meta.npy", np.concatenate([np.load(f) for f in parts]))
+        for f in parts:
+            f.unlink()
+        (directory / "info.json").write_text(
+            json.dumps({"seq_len": seq_len, "rows": n, "workers": workers, **(info or {})})
+        )
+
+
+def _fill_shard(
+    directory: Path,
+    shard_rows: Callable[[int, int], Iterable[Row]],
+    k: int,
+    lo: int,
+    hi: int,
+    n: int,
+    seq_len: int,
+    pad_id: int,
+) -> None:
+    """One corpus worker: rows [lo, hi) of the memmap and their (context, length) in meta-k.npy."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
+    arr = np.memmap(directory / "ids.u16", dtype=np.uint16, mode="r+", shape=(n, seq_len))
+    meta = np.zeros((hi - lo, 2), dtype=np.int32)
+    written = 0
+    for i, r in zip(range(hi - lo), shard_rows(k, hi - lo)):
+        arr[lo + i, : len(r.ids)] = r.ids
+        arr[lo + i, len(r.ids) :] = pad_id
+        meta[i] = (r.context_len, len(r.ids))
+        written += 1
+    if written != hi - lo:
+        raise ValueError(f"shard {k}: expected {hi - lo} rows, got {written}")
+    arr.flush()
+    np.save(directory / f"meta-{k}.npy", meta)
+
 
 def code_token_stream(tok: Tokenizer, texts: list[str], rng: random.Random) -> Iterator[int]:
     """Files joined by ``<|file_sep|>``, in a shuffled order, tokenized in batches."""
@@ -248,6 +321,9 @@ def code_token_stream(tok: Tokenizer, texts: list[str], rng: random.Random) -> I
         for ids in tok.encode_batch([texts[j] for j in order[i : i + 256]]):
             yield from ids
             yield tok.file_sep_id
+
+
+SHARD_SEED_STRIDE = 1_000_003  # shard k of a corpus draws with seed + k * stride (RowStore.write_sharded)
 
 
 def build_rows(

@@ -29,9 +29,13 @@ Design decisions:
   Masked Diffusion Models on Text") find far more sample-efficient than learning every order.
   Off by default (``TrainConfig.ordered_share`` 0): continuing the shipped CPU model with a share
   of 0.5 made both held-out losses worse, the block-ordered one included (README, session 7).
+- Randomness is drawn from the explicit CPU ``torch.Generator`` and moved to the rows' device, so
+  a run masks the same positions on CPU and CUDA and resumes from one saved generator state.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -61,18 +65,19 @@ def mask_batch(
     The weight is 0 where no loss is taken and otherwise the row's estimator weight: (1/t)/|canvas|
     on uniform rows (MDLM), 1/(1 + t(b-1)) on the block of an ordered row (module docstring)."""
     B, L = ids.shape
-    t = sample_t(B, generator)
-    pos = torch.arange(L)[None, :]
+    dev = ids.device
+    t = sample_t(B, generator).to(dev)
+    pos = torch.arange(L, device=dev)[None, :]
     on_canvas = (pos >= context_lens[:, None]) & (pos < seq_lens[:, None])  # [B, L]
-    masked = (torch.rand((B, L), generator=generator) < t[:, None]) & on_canvas
+    masked = (torch.rand((B, L), generator=generator).to(dev) < t[:, None]) & on_canvas
     canvas_len = (seq_lens - context_lens).clamp_min(1).float()  # [B]
     weight = (1.0 / (t * canvas_len))[:, None].expand(B, L)  # [B, L]
     # the first round(ordered_share * B) rows are ordered (rows are drawn at random, so any rows will do)
     n_ord = int(round(ordered_share * B))
     if n_ord:
-        u = torch.rand((n_ord, 2), generator=generator)
+        u = torch.rand((n_ord, 2), generator=generator).to(dev)
         start = context_lens[:n_ord] + (u[:, 0] * canvas_len[:n_ord]).long()  # [n] block start
-        block = torch.exp(u[:, 1] * torch.log(torch.tensor(float(MAX_BLOCK)))).long().clamp(1, MAX_BLOCK)
+        block = torch.exp(u[:, 1] * math.log(MAX_BLOCK)).long().clamp(1, MAX_BLOCK)
         p = pos.expand(n_ord, L)
         in_block = (p >= start[:, None]) & (p < (start + block)[:, None]) & on_canvas[:n_ord]  # [n, L]
         after = (p >= (start + block)[:, None]) & on_canvas[:n_ord]

@@ -16,6 +16,12 @@ Design decisions:
   takes logits at a different number of masked positions. Off by default: the first steps pay the
   compilation (about 20 s for ``mini`` on 2 CPU cores), and on an AVX2 CPU it measured only 1.08x
   per step (README, session 8).
+- ``time_budget_s``: a run may be bounded by wall-clock time instead of steps (a lent GPU is held
+  for minutes, not for a step count, and its step rate is unknown before it starts). The budget
+  counts training time across resumes (kept in ``state.pt``), the LR decays linearly to 10% over
+  its last ``decay_frac``, and the run saves and stops when it is spent; ``steps`` stays a cap.
+- The next batch is prepared on a thread while a step runs (``draw``); the row indices are still
+  drawn in order from the run's seeded generator, so batches do not depend on the thread.
 - Logs are JSON lines in ``<run>/train.log.jsonl``.
 """
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +41,7 @@ from model.checkpoint import load_checkpoint, save_checkpoint
 from model.config import PRESETS, InferenceConfig, ModelConfig
 from model.data import (
     DEFAULT_MIX,
+    SHARD_SEED_STRIDE,
     RowStore,
     build_rows,
     edit_record_files,
@@ -71,6 +79,8 @@ class TrainConfig:
     # at 0.5 scored worse on both validation losses and the infill CE than the model it started from
     ordered_share: float = 0.0
     compile: bool = False  # torch.compile the model (module docstring); measured in README
+    time_budget_s: float | None = None  # stop after this much training time (module docstring)
+    decay_frac: float = 0.2  # with a time budget: the LR decays over its last fifth
 
 
 def bf16_supported(device: str) -> bool:
@@ -105,8 +115,10 @@ def prepare(
     max_records: int | None = None,
     extra_records: list[dict] | None = None,
     mix: tuple[float, ...] = DEFAULT_MIX,
+    workers: int = 1,
 ) -> None:
-    """Tokenizer + train/val rows from local Python source and the commit-edit records."""
+    """Tokenizer + train/val rows from local Python source and the commit-edit records; ``workers``
+    processes build the training rows (model/data.py ``RowStore.write_sharded``)."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     files = code_files if code_files is not None else python_source_files()
@@ -151,8 +163,12 @@ def prepare(
             tok, val_texts or texts[:200], val_recs, n_val, seq_len, seed + 1, mix, val_paths or paths[:200]
         )
         RowStore.write(data_dir / "val", val_rows, n_val, seq_len, tok.eot_id)
-    train_rows = build_rows(tok, texts, train_recs, n_train, seq_len, seed, mix, paths)
-    RowStore.write(data_dir / "train", train_rows, n_train, seq_len, tok.eot_id, {"files": len(texts)})
+
+    def shard(k: int, n: int):
+        return build_rows(tok, texts, train_recs, n, seq_len, seed + k * SHARD_SEED_STRIDE, mix, paths)
+
+    info = {"files": len(texts)}
+    RowStore.write_sharded(data_dir / "train", shard, n_train, seq_len, tok.eot_id, workers, info)
 
 
 def _batch(store: RowStore, idx: np.ndarray, device: str, tok: Tokenizer):
@@ -175,14 +191,20 @@ def _batch(store: RowStore, idx: np.ndarray, device: str, tok: Tokenizer):
     return ids, m[:, 0].long(), m[:, 1].long(), torch.tensor(pos, device=device), draft.to(device)
 
 
-def _lr(step: int, cfg: TrainConfig) -> float:
+def _lr(step: int, cfg: TrainConfig, elapsed_s: float = 0.0) -> float:
+    """Warmup-stable-decay: linear warm-up over steps, then constant, then a linear decay to 10%,
+    from ``decay_start`` to ``steps`` or, with a time budget, over its last ``decay_frac``."""
     warmup = cfg.warmup_steps or min(cfg.warmup, max(1, cfg.steps // 10))  # short runs: a tenth
     if step < warmup:
         return cfg.lr * (step + 1) / warmup
-    if cfg.decay_start is None or step < cfg.decay_start:
+    if cfg.time_budget_s is not None:
+        stable = cfg.time_budget_s * (1.0 - cfg.decay_frac)
+        p = (elapsed_s - stable) / max(1e-9, cfg.time_budget_s - stable)
+    elif cfg.decay_start is None or step < cfg.decay_start:
         return cfg.lr
-    p = min(1.0, (step - cfg.decay_start) / max(1, cfg.steps - cfg.decay_start))
-    return cfg.lr * (1.0 - 0.9 * p)
+    else:
+        p = (step - cfg.decay_start) / max(1, cfg.steps - cfg.decay_start)
+    return cfg.lr * (1.0 - 0.9 * min(1.0, max(0.0, p)))
 
 
 @torch.no_grad()
@@ -248,9 +270,11 @@ def train(cfg: TrainConfig) -> Path:
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr,
         betas=(0.9, 0.95),
+        fused=cfg.device.startswith("cuda"),  # one kernel per parameter group on a GPU
     )
     step, gen = 0, torch.Generator().manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
+    elapsed = 0.0  # training seconds so far, across resumes (the time budget's clock)
     if st is not None:
         gained = set(model.state_dict()) - set(st["model"])
         if gained - DRAFT_PARAMS:
@@ -261,27 +285,40 @@ def train(cfg: TrainConfig) -> Path:
         if not gained:
             opt.load_state_dict(st["opt"])
         step = st["step"]
-        gen.set_state(st["gen"])
+        gen.set_state(st["gen"].cpu())  # the masking generator is a CPU one (model/diffusion.py)
         rng = np.random.default_rng(st["rng_seed"] + step)
+        elapsed = float(st.get("elapsed_s", 0.0))
     log = (run / "train.log.jsonl").open("a")
-    log.write(
-        json.dumps(
-            {
-                "event": "start",
-                "step": step,
-                "params": model.num_parameters(),
-                **{k: str(v) for k, v in vars(cfg).items()},
-            }
-        )
-        + "\n"
+    _log(
+        log,
+        {
+            "event": "start",
+            "step": step,
+            "params": model.num_parameters(),
+            **{k: str(v) for k, v in vars(cfg).items()},
+        },
     )
-    log.flush()
-    t0, toks = time.time(), 0
-    while step < cfg.steps:
+
+    def out_of_time() -> bool:
+        return cfg.time_budget_s is not None and elapsed >= cfg.time_budget_s
+
+    # the next batch is assembled (numpy, difflib for drafts, the copy to the device) on a thread
+    # while the current step runs: on a GPU that Python work takes as long as a step of ``mini``
+    prefetch = ThreadPoolExecutor(1)
+
+    def draw() -> tuple[int, Future]:
         idx = np.sort(rng.integers(0, data.n, cfg.batch_size))
-        ids, ctx, lens, pos, draft = _batch(data, idx, cfg.device, tok)
+        return int(data.meta[idx, 1].sum()), prefetch.submit(_batch, data, idx, cfg.device, tok)
+
+    t0, toks, last = time.time(), 0, time.time()
+    upcoming = draw()
+    while step < cfg.steps and not out_of_time():
+        n_tokens, batch = upcoming
+        ids, ctx, lens, pos, draft = batch.result()
+        upcoming = draw()
+        lr = _lr(step, cfg, elapsed)
         for g in opt.param_groups:
-            g["lr"] = _lr(step, cfg)
+            g["lr"] = lr
         with autocast(cfg.device, cfg.precision):
             loss, stats = diffusion_loss(
                 model, ids, ctx, lens, tok.mask_id, gen, pos, draft, cfg.ordered_share
@@ -291,47 +328,37 @@ def train(cfg: TrainConfig) -> Path:
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
-        toks += int(lens.sum())
+        toks += n_tokens
+        now = time.time()
+        elapsed, last = elapsed + (now - last), now
         if step % 25 == 0:
-            dt = time.time() - t0
-            log.write(
-                json.dumps(
-                    {
-                        "step": step,
-                        "loss": round(float(loss.detach()), 4),
-                        "ce": round(stats["ce"], 4),
-                        "gnorm": round(float(gnorm), 3),
-                        "lr": _lr(step, cfg),
-                        "tok_s": round(toks / dt, 1),
-                    }
-                )
-                + "\n"
-            )
-            log.flush()
+            rec = {"step": step, "loss": round(float(loss.detach()), 4), "ce": round(stats["ce"], 4)}
+            rec.update(gnorm=round(float(gnorm), 3), lr=lr, tok_s=round(toks / (now - t0), 1))
+            _log(log, {**rec, "elapsed_s": round(elapsed, 1)})
             t0, toks = time.time(), 0
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            rec = {"step": step, "event": "eval"}
+        if step % cfg.eval_every == 0 or step == cfg.steps or out_of_time():
+            rec = {"step": step, "event": "eval", "elapsed_s": round(elapsed, 1)}
             if val is not None:
                 rec.update(evaluate(model, val, tok, cfg.device, precision=cfg.precision))
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-            torch.save(
-                {
-                    "model": model.state_dict(),
-                    "opt": opt.state_dict(),
-                    "step": step,
-                    "gen": gen.get_state(),
-                    "rng_seed": cfg.seed,
-                },
-                state_path.with_suffix(".tmp"),
-            )
+            _log(log, rec)
+            state = {
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "step": step,
+                "gen": gen.get_state(),
+            }
+            torch.save({**state, "rng_seed": cfg.seed, "elapsed_s": elapsed}, state_path.with_suffix(".tmp"))
             state_path.with_suffix(".tmp").replace(state_path)
-            save_checkpoint(
-                run / "checkpoint",
-                model,
-                tok,
-                inference,
-                {"step": step, "preset": cfg.preset, "recipe": "model.train"},
-            )
+            meta = {"step": step, "preset": cfg.preset, "recipe": "model.train"}
+            save_checkpoint(run / "checkpoint", model, tok, inference, meta)
+            last = time.time()  # evaluation and saving are not training time
+    prefetch.shutdown(cancel_futures=True)
+    if out_of_time():
+        _log(log, {"event": "time budget spent", "step": step, "elapsed_s": round(elapsed, 1)})
     log.close()
     return run / "checkpoint"
+
+
+def _log(fh, rec: dict) -> None:
+    fh.write(json.dumps(rec) + "\n")
+    fh.flush()

@@ -91,6 +91,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("bf16", "fp32"),
         help="weights dtype for --export (fp32 keeps full precision for continuing training with --init)",
     )
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="stop after this much training time (counted across resumes), the LR decaying to 10%% "
+        "over its last --decay-frac; --steps stays a cap (default: no budget, --steps decides)",
+    )
+    p.add_argument(
+        "--decay-frac",
+        type=float,
+        default=0.2,
+        help="with --time-budget: the share of the budget the LR decays over (default 0.2)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes that build the corpus's training rows (rows depend on this number; 1 gives "
+        "the rows every earlier recipe built)",
+    )
     p.add_argument("--max-commits", type=int, default=2000, help="with --repo: commits to mine")
     p.add_argument(
         "--source",
@@ -141,6 +162,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not 0.0 <= args.ordered_share <= 1.0:
         print(f"--ordered-share must be between 0 and 1, got {args.ordered_share}")
+        return 2
+    if args.time_budget is not None and not args.time_budget > 0:
+        print(f"--time-budget must be a positive number of minutes, got {args.time_budget}")
+        return 2
+    if not 0.0 < args.decay_frac <= 1.0:
+        print(f"--decay-frac must be in (0, 1], got {args.decay_frac}")
+        return 2
+    if args.workers < 1:
+        print(f"--workers must be at least 1, got {args.workers}")
         return 2
     fine_tune = args.repo is not None
     args.steps = args.steps or (300 if fine_tune else 100_000)
@@ -193,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
             tokenizer_path=tokenizer,
             mix=mix,  # type: ignore[arg-type]
             code_files=code_files,
+            workers=args.workers,
         )
     cfg = TrainConfig(
         run_dir=args.run,
@@ -211,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
         canvas_draft=args.canvas_draft,
         ordered_share=args.ordered_share,
         compile=args.compile,
+        time_budget_s=None if args.time_budget is None else args.time_budget * 60.0,
+        decay_frac=args.decay_frac,
     )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")

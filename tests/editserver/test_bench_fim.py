@@ -60,4 +60,4 @@ def test_bench_command_end_to_end(tiny_checkpoint, tmp_path) -> None:
     for block in (d, d["sequential"]):
         assert {"pass_at_1", "exact_match", "tokens_per_step", "latency_ms", "n"} <= set(block)
         assert block["n"] == 1 and set(block["latency_ms"]) == {"p50", "p95"}
-    assert d["middle_ce"] > 0
+    assert d["middle_ce"] > 0 and d["middle_ce_l2r"] > 0

@@ -71,6 +71,21 @@ def test_middle_ce_agrees_with_the_sampler(engine: Engine) -> None:
     assert math.isfinite(longer) and longer > 0, "an answer longer than the canvas is cut to it"
 
 
+def test_left_to_right_ce_agrees_with_a_left_to_right_decode(engine: Engine) -> None:
+    """Decoded with blocks of one token (strictly left to right), each committed token was the
+    argmax of the state the left-to-right scorer builds for it, so the scorer's cross-entropy of
+    that answer is the mean -log confidence the sampler reported (its end-of-text included)."""
+    req = FimRequest("def add(a, b):\n    return ", "\n", max_tokens=6)
+    opts = SamplingOptions(sequential=True, block_size=1)
+    c = engine.complete(FimRequest(req.prefix, req.suffix, 6, opts))
+    assert len(engine.tok.encode(c.text)) == c.completion_tokens, "the answer re-encodes to its tokens"
+    confs = c.scored_confidences
+    want = sum(-math.log(p) for p in confs) / len(confs)
+    assert engine.middle_ce(req, c.text, left_to_right=True) == pytest.approx(want, abs=1e-3)
+    # another answer is scored on its own tokens
+    assert engine.middle_ce(req, "a", left_to_right=True) != pytest.approx(want, abs=1e-3)
+
+
 def test_context_window_is_enforced(engine: Engine) -> None:
     engine.context_length = 50
     try:

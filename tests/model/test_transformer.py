@@ -143,3 +143,10 @@ def test_copy_gate_adds_its_bonus_to_the_draft_token_only() -> None:
     torch.testing.assert_close(
         picked - m(ids, context_lens=ctx)[0, [3, 25]], want[0, [3, 25]], atol=1e-4, rtol=0
     )
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_ships_under_the_checkpoint_cap(name: str) -> None:
+    """A shipped checkpoint is at most 48 MB with bf16 weights (2 bytes each), draft input included."""
+    cfg = ModelConfig.from_dict({**PRESETS[name].to_dict(), "canvas_draft": True})
+    assert Transformer(cfg).num_parameters() * 2 <= 48e6
