@@ -31,33 +31,27 @@ def test_first_line_and_percentile() -> None:
     assert percentile([1, 2, 3, 4], 0.5) == 2.5 and percentile([], 0.5) is None
 
 
-def test_bench_command_end_to_end(tiny_checkpoint, tmp_path) -> None:
+def _bench(checkpoint, tmp_path, max_tokens: int) -> dict:
     suite = tmp_path / "mini-singleline-infilling.jsonl.gz"
     with gzip.open(suite, "wt") as fh:
         fh.write(json.dumps(TASK) + "\n")
     out = tmp_path / "r.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "editserver.cli",
-            "bench",
-            "fim",
-            "--suite",
-            str(suite),
-            "--model",
-            str(tiny_checkpoint),
-            "--json",
-            str(out),
-            "--max-tokens",
-            "8",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    cmd = [sys.executable, "-m", "editserver.cli", "bench", "fim", "--suite", str(suite)]
+    cmd += ["--model", str(checkpoint), "--json", str(out), "--max-tokens", str(max_tokens)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    d = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_bench_command_end_to_end(tiny_checkpoint, tmp_path) -> None:
+    d = _bench(tiny_checkpoint, tmp_path, 8)
     for block in (d, d["sequential"]):
         assert {"pass_at_1", "exact_match", "tokens_per_step", "latency_ms", "n"} <= set(block)
         assert block["n"] == 1 and set(block["latency_ms"]) == {"p50", "p95"}
-    assert d["middle_ce"] > 0 and d["middle_ce_l2r"] > 0
+    assert d["middle_ce"] > 0 and d["middle_ce_l2r"] > 0 and 0.0 <= d["agreement"] <= 1.0
+
+
+def test_one_token_canvases_agree_with_one_token_per_step(tiny_checkpoint, tmp_path) -> None:
+    """With a one-token canvas both modes commit the same argmax: parallel unmasking changes nothing."""
+    d = _bench(tiny_checkpoint, tmp_path, 1)
+    assert d["agreement"] == 1.0 and d["samples"] == d["sequential"]["samples"]
