@@ -36,11 +36,13 @@ def test_time_budget_schedule_decays_over_the_last_share(tmp_path) -> None:
     assert _lr(500, cfg, 100.0) == pytest.approx(1e-4) and _lr(500, cfg, 130.0) == pytest.approx(1e-4)
 
 
-def _data(tmp_path: Path) -> None:
+def _data(tmp_path: Path, val: bool = False) -> None:
     tok = train_tokenizer(CORPUS, vocab_size=400)
     b = RowBuilder(tok, 128, random.Random(0))
     rows = [r for r in (b.fim("".join(CORPUS[i : i + 6])) for i in range(100)) if r][:16]
     RowStore.write(tmp_path / "data" / "train", iter(rows), len(rows), 128, tok.eot_id)
+    if val:  # held-out rows make every save evaluate them too
+        RowStore.write(tmp_path / "data" / "val", iter(rows[:8]), 8, 128, tok.eot_id)
     tok.save(tmp_path / "data" / "tokenizer.json")
 
 
@@ -78,12 +80,12 @@ def test_training_runs_and_resumes_on_cuda(tmp_path) -> None:
     fused optimizer, a resume from a state saved there, bf16 autocast and a time budget."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    _data(tmp_path)
+    _data(tmp_path, val=True)
     cfg = _cfg(tmp_path, steps=4, eval_every=2, device="cuda", time_budget_s=600.0)
     train(cfg)
     cfg.steps = 6
     ckpt = train(cfg)
     evals = [e for e in _events(tmp_path) if e.get("event") == "eval"]
-    assert [e["step"] for e in evals] == [2, 4, 6]
+    assert [e["step"] for e in evals] == [2, 4, 6] and all("val_loss" in e for e in evals)
     assert torch.load(tmp_path / "run" / "state.pt", weights_only=False)["step"] == 6
     assert (ckpt / "model.safetensors").is_file()
