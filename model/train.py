@@ -6,9 +6,11 @@ Design decisions:
 - bf16 autocast where the hardware has bf16 arithmetic (CUDA; CPUs with AVX-512 BF16 or AMX), fp32
   elsewhere: on an AVX2-only CPU bf16 autocast measured 17x *slower* than fp32 (52 vs 899 tokens/s,
   12.6M params), since every bf16 matmul is emulated. Master weights and optimizer state stay fp32.
-- AdamW with a warmup-stable-decay schedule: linear warm-up, constant LR, and a linear decay to 10%
-  from ``decay_start`` to ``steps``. A long run stays in the stable phase and can be extended on
-  resume; a shipped checkpoint is a short decay branch forked from its state (``--decay-start``).
+- AdamW, or Muon on the blocks' matrices (model/optim.py), with a warmup-stable-decay schedule:
+  linear warm-up, constant LR, and a linear decay to 10% from ``decay_start`` to ``steps``. A long
+  run stays in the stable phase and can be extended on resume; a shipped checkpoint is a short decay
+  branch forked from its state (``--decay-start``). A run resumed with another optimizer starts it
+  afresh and warms its LR up again.
 - Every ``eval_every`` steps: loss on held-out rows (fixed masking seed, so values are comparable
   across the run) and a checkpoint directory a server can load (``<run>/checkpoint``).
 - ``compile``: ``nn.Module.compile(dynamic=True)`` on the whole model (inductor). In place, so the
@@ -51,6 +53,7 @@ from model.data import (
 )
 from model.diffusion import diffusion_loss
 from model.draft import align_draft, draft_region
+from model.optim import Optimizer
 from model.prompt import EDIT_OPEN, edit_canvas_pos
 from model.tokenizer import Tokenizer, train_tokenizer
 from model.transformer import Transformer
@@ -81,6 +84,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model (module docstring); measured in README
     time_budget_s: float | None = None  # stop after this much training time (module docstring)
     decay_frac: float = 0.2  # with a time budget: the LR decays over its last fifth
+    optimizer: str = "adamw"  # adamw | muon (model/optim.py)
 
 
 def bf16_supported(device: str) -> bool:
@@ -191,12 +195,13 @@ def _batch(store: RowStore, idx: np.ndarray, device: str, tok: Tokenizer):
     return ids, m[:, 0].long(), m[:, 1].long(), torch.tensor(pos, device=device), draft.to(device)
 
 
-def _lr(step: int, cfg: TrainConfig, elapsed_s: float = 0.0) -> float:
-    """Warmup-stable-decay: linear warm-up over steps, then constant, then a linear decay to 10%,
-    from ``decay_start`` to ``steps`` or, with a time budget, over its last ``decay_frac``."""
+def _lr(step: int, cfg: TrainConfig, elapsed_s: float = 0.0, opt_start: int = 0) -> float:
+    """Warmup-stable-decay: linear warm-up over the steps since the optimizer started (a resumed run
+    that switched optimizers warms up again), then constant, then a linear decay to 10%, from
+    ``decay_start`` to ``steps`` or, with a time budget, over its last ``decay_frac``."""
     warmup = cfg.warmup_steps or min(cfg.warmup, max(1, cfg.steps // 10))  # short runs: a tenth
-    if step < warmup:
-        return cfg.lr * (step + 1) / warmup
+    if step - opt_start < warmup:
+        return cfg.lr * (step - opt_start + 1) / warmup
     if cfg.time_budget_s is not None:
         stable = cfg.time_budget_s * (1.0 - cfg.decay_frac)
         p = (elapsed_s - stable) / max(1e-9, cfg.time_budget_s - stable)
@@ -264,15 +269,9 @@ def train(cfg: TrainConfig) -> Path:
     model.to(cfg.device).train()
     if cfg.compile:
         model.compile(dynamic=True)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
-        fused=cfg.device.startswith("cuda"),  # one kernel per parameter group on a GPU
-    )
+    opt = Optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.device)
     step, gen = 0, torch.Generator().manual_seed(cfg.seed)
+    opt_start = 0  # the step the current optimizer started at: its learning rate warms up from there
     rng = np.random.default_rng(cfg.seed)
     elapsed = 0.0  # training seconds so far, across resumes (the time budget's clock)
     if st is not None:
@@ -282,9 +281,10 @@ def train(cfg: TrainConfig) -> Path:
         # a run saved before it had the draft input goes on with it (at its starting values) and a
         # fresh optimizer, since its saved state does not cover the new parameters
         model.load_state_dict(st["model"], strict=not gained)
-        if not gained:
-            opt.load_state_dict(st["opt"])
         step = st["step"]
+        opt_start = st.get("opt_start", 0)
+        if gained or not opt.load_state_dict(st["opt"]):  # another optimizer: this one starts afresh
+            opt_start = step
         gen.set_state(st["gen"].cpu())  # the masking generator is a CPU one (model/diffusion.py)
         rng = np.random.default_rng(st["rng_seed"] + step)
         elapsed = float(st.get("elapsed_s", 0.0))
@@ -317,7 +317,7 @@ def train(cfg: TrainConfig) -> Path:
         n_tokens, batch = upcoming
         ids, ctx, lens, pos, draft = batch.result()
         upcoming = draw()
-        lr = _lr(step, cfg, elapsed)
+        lr = _lr(step, cfg, elapsed, opt_start)
         for g in opt.param_groups:
             g["lr"] = lr
         with autocast(cfg.device, cfg.precision):
@@ -348,7 +348,8 @@ def train(cfg: TrainConfig) -> Path:
                 "step": step,
                 "gen": gen.get_state(),
             }
-            torch.save({**state, "rng_seed": cfg.seed, "elapsed_s": elapsed}, state_path.with_suffix(".tmp"))
+            state.update(rng_seed=cfg.seed, elapsed_s=elapsed, opt_start=opt_start)
+            torch.save(state, state_path.with_suffix(".tmp"))
             state_path.with_suffix(".tmp").replace(state_path)
             meta = {"step": step, "preset": cfg.preset, "recipe": "model.train"}
             save_checkpoint(run / "checkpoint", model, tok, inference, meta)

@@ -106,6 +106,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --time-budget: the share of the budget the LR decays over (default 0.2)",
     )
     p.add_argument(
+        "--optimizer",
+        default="adamw",
+        choices=("adamw", "muon"),
+        help="adamw, or muon on the blocks' weight matrices with AdamW on the rest (model/optim.py); "
+        "a run resumed with the other one starts it afresh and re-warms the LR (default adamw)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -244,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
         compile=args.compile,
         time_budget_s=None if args.time_budget is None else args.time_budget * 60.0,
         decay_frac=args.decay_frac,
+        optimizer=args.optimizer,
     )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")
