@@ -12,6 +12,7 @@ from model.checkpoint import load_checkpoint, save_checkpoint
 from model.config import PRESETS, InferenceConfig, ModelConfig
 from model.data import RowBuilder, RowStore
 from model.diffusion import diffusion_loss, mask_batch
+from model.optim import Optimizer
 from model.tokenizer import train_tokenizer
 from model.train import TrainConfig, train
 from model.transformer import Transformer
@@ -79,7 +80,8 @@ def test_ordered_loss_trains_left_to_right_prediction() -> None:
     assert loss_of(changed) != loss_of(ids)
 
 
-def test_loss_decreases_on_tiny_config() -> None:
+@pytest.mark.parametrize("kind", ["adamw", "muon"])
+def test_loss_decreases_on_tiny_config(kind: str) -> None:
     tok = train_tokenizer(CORPUS, vocab_size=400)
     model = _tiny(tok.vocab_size)
     b = RowBuilder(tok, 64, random.Random(0))
@@ -87,16 +89,15 @@ def test_loss_decreases_on_tiny_config() -> None:
     L = max(len(r.ids) for r in rows)
     ids = torch.tensor([r.ids + [tok.eot_id] * (L - len(r.ids)) for r in rows])
     ctx, lens = torch.zeros(8, dtype=torch.long), torch.tensor([len(r.ids) for r in rows])
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    first = last = None
+    opt = Optimizer(model, kind, 3e-3, 0.0)
+    losses = []
     for step in range(60):
         loss, _ = diffusion_loss(model, ids, ctx, lens, tok.mask_id, torch.Generator().manual_seed(step % 4))
         opt.zero_grad()
         loss.backward()
         opt.step()
-        first = float(loss.detach()) if step < 4 and first is None else first
-        last = float(loss.detach())
-    assert last < first * 0.6
+        losses.append(float(loss.detach()))
+    assert sum(losses[-4:]) < 0.7 * sum(losses[:4])
 
 
 def test_checkpoint_save_load_equality(tmp_path) -> None:
@@ -315,6 +316,9 @@ def test_compiled_training_matches_eager(tmp_path) -> None:
         torch.manual_seed(0)  # the same initial weights for both runs
         cfg = TrainConfig(run_dir=tmp_path / f"run-{compiled}", data_dir=tmp_path / "data", preset="tiny")
         cfg.steps, cfg.batch_size, cfg.eval_every, cfg.warmup, cfg.compile = 3, 4, 3, 1, compiled
+        cfg.precision = (
+            "fp32"  # bf16 autocast (the default on AVX-512 BF16 CPUs) rounds differently when fused
+        )
         weights[compiled] = load_checkpoint(train(cfg)).model.state_dict()
     assert set(weights[True]) == set(weights[False])
     torch.manual_seed(0)
