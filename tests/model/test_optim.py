@@ -15,6 +15,7 @@ from model.tokenizer import train_tokenizer
 from model.train import TrainConfig, _lr, train
 from model.transformer import Transformer
 from tests.conftest import CORPUS
+from tests.model.test_training import diffusion_losses
 
 
 def _tiny(vocab: int = 400) -> Transformer:
@@ -34,6 +35,11 @@ def test_muon_takes_the_blocks_matrices_and_adamw_the_rest() -> None:
     assert on_muon | on_adamw == set(names.values()) and not on_muon & on_adamw
     with pytest.raises(ValueError, match="optimizer"):
         Optimizer(model, "sgd", 1e-3, 0.1)
+
+
+def test_muon_lowers_the_diffusion_loss() -> None:
+    losses = diffusion_losses(lambda model: Optimizer(model, "muon", 3e-3, 0.0))
+    assert sum(losses[-4:]) < 0.7 * sum(losses[:4])
 
 
 def test_state_round_trips_and_another_kind_is_refused() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -80,8 +81,10 @@ def test_ordered_loss_trains_left_to_right_prediction() -> None:
     assert loss_of(changed) != loss_of(ids)
 
 
-@pytest.mark.parametrize("kind", ["adamw", "muon"])
-def test_loss_decreases_on_tiny_config(kind: str) -> None:
+def diffusion_losses(
+    make_optimizer: Callable[[Transformer], torch.optim.Optimizer | Optimizer],
+) -> list[float]:
+    """The diffusion loss of 60 steps on 8 plain rows of a tiny model, from fixed masks."""
     tok = train_tokenizer(CORPUS, vocab_size=400)
     model = _tiny(tok.vocab_size)
     b = RowBuilder(tok, 64, random.Random(0))
@@ -89,7 +92,7 @@ def test_loss_decreases_on_tiny_config(kind: str) -> None:
     L = max(len(r.ids) for r in rows)
     ids = torch.tensor([r.ids + [tok.eot_id] * (L - len(r.ids)) for r in rows])
     ctx, lens = torch.zeros(8, dtype=torch.long), torch.tensor([len(r.ids) for r in rows])
-    opt = Optimizer(model, kind, 3e-3, 0.0)
+    opt = make_optimizer(model)
     losses = []
     for step in range(60):
         loss, _ = diffusion_loss(model, ids, ctx, lens, tok.mask_id, torch.Generator().manual_seed(step % 4))
@@ -97,7 +100,12 @@ def test_loss_decreases_on_tiny_config(kind: str) -> None:
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
-    assert sum(losses[-4:]) < 0.7 * sum(losses[:4])
+    return losses
+
+
+def test_loss_decreases_on_tiny_config() -> None:
+    losses = diffusion_losses(lambda model: torch.optim.AdamW(model.parameters(), lr=3e-3))
+    assert losses[-1] < losses[0] * 0.6
 
 
 def test_checkpoint_save_load_equality(tmp_path) -> None:
@@ -316,9 +324,8 @@ def test_compiled_training_matches_eager(tmp_path) -> None:
         torch.manual_seed(0)  # the same initial weights for both runs
         cfg = TrainConfig(run_dir=tmp_path / f"run-{compiled}", data_dir=tmp_path / "data", preset="tiny")
         cfg.steps, cfg.batch_size, cfg.eval_every, cfg.warmup, cfg.compile = 3, 4, 3, 1, compiled
-        cfg.precision = (
-            "fp32"  # bf16 autocast (the default on AVX-512 BF16 CPUs) rounds differently when fused
-        )
+        # bf16 autocast (the default on AVX-512 BF16 CPUs) rounds differently when fused
+        cfg.precision = "fp32"
         weights[compiled] = load_checkpoint(train(cfg)).model.state_dict()
     assert set(weights[True]) == set(weights[False])
     torch.manual_seed(0)
