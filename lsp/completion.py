@@ -295,10 +295,11 @@ async def answer(
     model_suffix = clip_suffix(suffix, s.fim_suffix_chars)
     multi = multiline_allowed(line_prefix, suffix.split("\n", 1)[0], grammar)
     stop = ["\n\n\n"] if multi else ["\n"]
+    max_tokens = s.fim_max_tokens if multi else s.fim_line_max_tokens
     raw = await ls.client.fim(
         model_prefix,
         model_suffix,
-        s.fim_max_tokens,
+        max_tokens,
         stop,
         s.fim_timeout_ms / 1000,
     )
@@ -314,7 +315,7 @@ async def answer(
         "fim",
         doc.uri,
         doc.language_id,
-        {"prefix": model_prefix, "suffix": model_suffix, "raw": raw},
+        {"prefix": model_prefix, "suffix": model_suffix, "max_tokens": max_tokens, "stop": stop, "raw": raw},
         text,
         None,
     )

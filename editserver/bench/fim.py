@@ -9,7 +9,9 @@ Design decisions:
 - Generated code is untrusted: each check runs in its own ``python`` subprocess with a timeout, in a
   temporary directory, with a small pool so the benchmark stays bounded.
 - Single-line suites keep the first line of the infill (what the LSP shows for a mid-file cursor);
-  ``--keep-lines`` turns that off.
+  ``--keep-lines`` turns that off. They also ask with ``stop: ["\\n"]``, as the LSP's single-line
+  requests do, so decoding ends at the line's end and the latency and tokens per step are the ones
+  an editor sees (``--no-stop`` decodes the whole canvas and cuts afterwards, the pre-session-12 way).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--block-size", type=int, default=None, help="semi-autoregressive block size (default: the effort's)"
+    )
+    p.add_argument(
+        "--no-stop", action="store_true", help="single-line suites: decode the whole canvas, then cut"
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-token-per-step baseline")
     p.add_argument(
@@ -113,6 +118,7 @@ def evaluate(
     timeout: float,
     label: str,
     block_size: int | None = None,
+    stop: list[str] | None = None,
 ) -> dict:
     from tqdm import tqdm
 
@@ -126,10 +132,14 @@ def evaluate(
                 t["prompt"],
                 t["suffix"],
                 max_tokens=max_tokens,
-                options=SamplingOptions(effort=effort, sequential=sequential, block_size=block_size),
+                options=SamplingOptions(
+                    effort=effort, sequential=sequential, block_size=block_size, stop=list(stop or [])
+                ),
             )
         )
-        text = first_line(c.text) if single_line else c.text
+        # a stop cuts the newline off; the line keeps it, as the whole-canvas cut does
+        text = c.text + "\n" if stop and c.finish_reason == "stop" else c.text
+        text = first_line(text) if single_line else text
         outs.append(text)
         lat.append(c.latency_s * 1000)
         toks += c.completion_tokens
@@ -183,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         single_line=single,
         timeout=args.timeout,
         block_size=args.block_size,
+        stop=["\n"] if single and not args.no_stop else [],
     )
     result = evaluate(engine, tasks, sequential=False, label="parallel", **kw)
     if not args.no_sequential:
@@ -204,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
             "block_size": args.block_size or engine.inference.efforts[effort].block_size,
             "max_tokens": max_tokens,
             "single_line_cut": single,
+            "stop": kw["stop"],
             "model": str(args.model or "shipped default"),
             "checkpoint_meta": engine.ck.meta,
             "window_tokens": engine.inference.window_tokens,

@@ -70,6 +70,8 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
+    from lsp.settings import Settings
+
     client = LanguageClient("editserver-bench", "0.1")
     ready = asyncio.Event()
 
@@ -101,6 +103,7 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
     cache_ms: list[float] = []
     direct_ms: list[float] = []
     http = httpx.AsyncClient(timeout=120, trust_env=False)
+    line_tokens = Settings().fim_line_max_tokens
 
     async def direct(prefix: str) -> float:
         """The same prefix straight to the HTTP API (what the LSP asks, minus the LSP)."""
@@ -108,7 +111,7 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
             "model": "editserver",
             "prompt": prefix,
             "suffix": "",
-            "max_tokens": 64,
+            "max_tokens": line_tokens,  # the canvas the LSP asks for a single line
             "temperature": 0,
             "stop": ["\n"],
         }

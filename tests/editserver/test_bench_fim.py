@@ -49,6 +49,7 @@ def test_bench_command_end_to_end(tiny_checkpoint, tmp_path) -> None:
         assert {"pass_at_1", "exact_match", "tokens_per_step", "latency_ms", "n"} <= set(block)
         assert block["n"] == 1 and set(block["latency_ms"]) == {"p50", "p95"}
     assert d["middle_ce"] > 0 and d["middle_ce_l2r"] > 0 and 0.0 <= d["agreement"] <= 1.0
+    assert d["stop"] == ["\n"] and d["single_line_cut"]  # asked for one line, as the LSP does
 
 
 def test_one_token_canvases_agree_with_one_token_per_step(tiny_checkpoint, tmp_path) -> None:
