@@ -20,11 +20,9 @@ Design decisions:
   checkpoint's ``InferenceConfig``; a request may override the threshold directly.
 - Stop sequences cut the decoded text, and they also end decoding early: once the committed start of
   a row's answer (every position up to the first undecided one) holds a stop sequence, nothing after
-  it can change the returned text, so the row ends there (the sampler's ``done`` hook). The sampler
-  is also told which tokens would hold a stop sequence (``ends``): once a row has committed one, it
-  spends its steps before it, not on the lines after it that the stop cuts (model/sampler.py
-  ``beyond_end``). That reorders commits, so the text can differ from decoding the whole canvas
-  and cutting afterwards; on HumanEval single lines pass@1 is the same and the p50 is lower (README).
+  it can change the returned text, so the row ends there (the sampler's ``done`` hook). The text is
+  the same as decoding the whole canvas and cutting afterwards; the steps are fewer (the LSP's
+  mid-line completions stop at the first newline).
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
   masked); ``complete`` is the batch of one.
 - Edit completions carry a score (aggregate of the per-token confidences, model/scoring.py) and
@@ -128,8 +126,6 @@ class Engine:
         self.inference = checkpoint.inference
         self.device = device
         self.context_length = self.model.cfg.max_seq_len
-        self._token_texts: list[str] | None = None  # lazily, for stop-sequence token sets
-        self._end_ids: dict[tuple[str, ...], list[int]] = {}  # stop list -> token ids holding one
 
     @classmethod
     def load(cls, path: str | Path | None = None, device: str = "cpu") -> Engine:
@@ -255,7 +251,6 @@ class Engine:
             done=self._stop_hook([r.options.stop for r in reqs]),
             canvas_pos=None if canvas_pos is None else canvas_pos.to(self.device),
             draft=draft,
-            ends=self._ends([r.options.stop for r in reqs]),
         )
         latency = time.perf_counter() - t0
         out = []
@@ -328,21 +323,6 @@ class Engine:
         # over the tokens the sampler may propose: never the mask or a layout tag (denoise)
         scored[:, [mask, *self._suppressed()]] = float("-inf")
         return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
-
-    def _ends(self, stops: list[list[str]]) -> torch.Tensor | None:
-        """[B, V] bool: the tokens whose text holds one of the row's stop sequences, or None."""
-        if not any(x for row in stops for x in row):
-            return None
-        if self._token_texts is None:  # decoded once per engine: V single-token strings
-            self._token_texts = [self.tok.decode([i]) for i in range(self.model.cfg.vocab_size)]
-        ends = torch.zeros((len(stops), len(self._token_texts)), dtype=torch.bool)
-        for b, row in enumerate(stops):
-            key = tuple(sorted({x for x in row if x}))
-            if key not in self._end_ids:  # a client sends the same few stop lists over and over
-                self._end_ids[key] = [i for i, t in enumerate(self._token_texts) if any(x in t for x in key)]
-            ends[b, self._end_ids[key]] = True
-        ends[:, self.tok.eot_id] = False  # end-of-text has its own rule (sampler ``informative``)
-        return ends.to(self.device)
 
     def _stop_hook(self, stops: list[list[str]]):
         """``done`` for the sampler: rows whose committed answer start already holds a stop string."""

@@ -21,13 +21,6 @@ Alg. 2 with low-confidence remasking). Design decisions:
   spends a step on the run's first end-of-text (which fills the tail) or on a real token, never on
   the canvas's last position, the most confident and least informative end-of-text. This only
   reorders commits; committed tokens are still each position's own prediction.
-- Nothing past a stop matters (``beyond_end``): a caller with stop sequences passes ``ends`` [B, V],
-  the tokens that would end a row's returned text (e.g. every token holding a newline for a
-  single-line completion). Once a row has committed such a token, its open positions after it enter
-  the rule with confidence 0: the steps go to the text the caller keeps, not to lines the stop cuts.
-  Only committed ending tokens count: deprioritising positions after a merely *predicted* one
-  changed 70 of 300 HumanEval answers and lost 2 passes; this way 20 change and pass@1 is the same
-  (README, session 12). Like ``informative``, it only reorders commits.
 - Stop hook (``done``): a caller may end a row early, e.g. once the committed start of its answer
   holds a stop sequence (model/api.py). Such a row's undecided positions become end-of-text, exactly
   as after a committed end-of-text, so one rule ends a row whichever way it finished. The sampler
@@ -88,21 +81,6 @@ def informative(tok: torch.Tensor, conf: torch.Tensor, active: torch.Tensor, eot
     prev_open_eot = torch.zeros_like(active)
     prev_open_eot[:, 1:] = (tok[:, :-1] == eot_id) & active[:, :-1]
     return conf.masked_fill((tok == eot_id) & prev_open_eot, 0.0)
-
-
-def beyond_end(
-    tok: torch.Tensor, conf: torch.Tensor, active: torch.Tensor, ends: torch.Tensor | None
-) -> torch.Tensor:
-    """conf [B, n] with every open position after the row's first committed ending token (``ends``
-    [B, V] bool) set to 0; tok [B, n] holds the block's committed tokens where not active."""
-    if ends is None:
-        return conf
-    n = tok.shape[1]
-    is_end = ends.gather(1, tok) & ~active  # [B, n] committed ending tokens
-    pos = torch.arange(n, device=tok.device)
-    first = torch.where(is_end, pos, n).min(dim=1).values  # [B]
-    after = pos[None, :] > first[:, None]  # [B, n]
-    return conf.masked_fill(after & active, 0.0)
 
 
 # ---- cache policies ----------------------------------------------------------------------------
@@ -233,7 +211,6 @@ def denoise(
     done: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     canvas_pos: torch.Tensor | None = None,  # [B] rotary position of the canvas start (see transformer)
     draft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-    ends: torch.Tensor | None = None,  # [B, V] bool: tokens that end a row's kept text (beyond_end)
 ) -> SampleResult:
     """Decode ``canvas_len`` tokens after each row's context.
 
@@ -272,10 +249,7 @@ def denoise(
             logits = cache.logits(model, state, canvas, blk, drafts)  # [B, n, V]
             steps += 1
             tok, conf = choose_tokens(logits, temperature, top_p, generator, penalty)
-            proposed = torch.where(active, tok, canvas[:, blk])  # [B, n] predicted or committed
-            # the rule sees priorities; conf_out keeps each token's own probability
-            prio = beyond_end(proposed, informative(tok, conf, active, eot_id), active, ends)
-            commit = rule.select(prio, active)  # [B, n]
+            commit = rule.select(informative(tok, conf, active, eot_id), active)  # [B, n]
             canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])
             conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])
             fixed[:, blk] |= commit

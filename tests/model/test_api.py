@@ -60,17 +60,6 @@ def test_stop_sequences_cut_text(engine: Engine) -> None:
         assert cut.text == full.text[: full.text.find(stop)] and cut.finish_reason == "stop"
 
 
-def test_stop_sequences_name_the_tokens_that_end_a_row(engine: Engine) -> None:
-    assert engine._ends([[], [""]]) is None
-    ends = engine._ends([["\n"], [], ["\n", "return"]])  # [3, V]
-    texts = [engine.tok.decode([i]) for i in range(ends.shape[1])]
-    newline = [i for i, t in enumerate(texts) if "\n" in t and i != engine.tok.eot_id]
-    assert newline, "the tokenizer has tokens holding a newline"
-    assert ends[0].nonzero().flatten().tolist() == newline
-    assert not ends[1].any() and not ends[:, engine.tok.eot_id].any()
-    assert set(ends[2].nonzero().flatten().tolist()) >= set(newline)
-
-
 def test_middle_ce_agrees_with_the_sampler(engine: Engine) -> None:
     """The scorer's cross-entropy of the one-token answer the sampler commits is -log of the
     confidence the sampler reported for it (two paths over the same fully masked canvas)."""

@@ -133,55 +133,6 @@ def test_implied_end_of_text_is_not_a_decision() -> None:
     assert TopKRule(1).select(got, active)[0].tolist() == [True, False, False, False]
 
 
-def test_nothing_past_a_committed_end_is_a_priority() -> None:
-    from model.sampler import beyond_end
-
-    ends = torch.zeros((2, V), dtype=torch.bool)
-    ends[:, 9] = True  # token 9 holds the stop
-    tok = torch.tensor([[5, 9, 6, 9], [5, 9, 6, 7]])
-    conf = torch.tensor([[0.5, 0.25, 1.0, 0.75], [0.25, 0.5, 0.75, 1.0]])
-    active = torch.tensor([[True, True, True, True], [True, False, True, True]])
-    got = beyond_end(tok, conf, active, ends)
-    # row 0: ends only predicted, nothing changes; row 1: an end committed at 1
-    assert got.tolist() == [[0.5, 0.25, 1.0, 0.75], [0.25, 0.5, 0.0, 0.0]]
-    assert TopKRule(1).select(got, active)[1].tolist() == [True, False, False, False]
-    assert torch.equal(beyond_end(tok, conf, active, None), conf)
-
-
-class _FixedLogits:
-    """A cache policy whose every step predicts the same logits: the loop's ordering, isolated."""
-
-    def __init__(self, logits: torch.Tensor):  # [B, N, V]
-        self.fixed = logits
-
-    def prepare(self, model, context, lengths, canvas_pos) -> None:
-        return None
-
-    def logits(self, model, state, canvas, only, draft) -> torch.Tensor:
-        return self.fixed[:, only]
-
-
-def test_steps_go_before_a_committed_end(model: Transformer) -> None:
-    """Position 2's ending token 9 is the most confident and committed first; the positions after it
-    are more confident than those before, yet with ``ends`` the one-token-per-step rule commits 1
-    and 0 next (without: 3 and 4)."""
-    N = 6
-    logits = torch.zeros((1, N, V))
-    for p, (t, score) in enumerate([(5, 2.0), (6, 3.0), (9, 9.0), (7, 8.0), (8, 7.0), (4, 6.0)]):
-        logits[0, p, t] = score
-    ends = torch.zeros((1, V), dtype=torch.bool)
-    ends[0, 9] = True
-    kw = dict(mask_id=MASK, eot_id=EOT, block_size=N, rule=TopKRule(1), record=True)
-    ctx, lens = torch.tensor([[3, 4]]), torch.tensor([2])
-    order = []
-    for e in (ends, None):
-        res = denoise(model, ctx, lens, N, cache=_FixedLogits(logits), ends=e, **kw)
-        seen = [torch.full((N,), MASK), *(c[0] for c in res.canvases)]
-        order.append([int(((a == MASK) & (b != MASK)).nonzero()[0]) for a, b in zip(seen, seen[1:])])
-        assert res.tokens[0].tolist() == [5, 6, 9, 7, 8, 4]  # the same tokens, in another order
-    assert order[0][:3] == [2, 1, 0] and order[1][:3] == [2, 3, 4]
-
-
 def test_draft_is_exact_through_the_cache() -> None:
     torch.manual_seed(0)
     m = Transformer(
