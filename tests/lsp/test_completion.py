@@ -45,7 +45,8 @@ async def test_inline_completion_item_shape_and_telemetry(tiny_server, base_opti
         )
         assert kind == "fim" and '"prefix"' in prompt and "def add(a, b)" in prompt
         # a single line is asked for with the canvas the benchmarks measured best for one line
-        assert (json.loads(prompt)["max_tokens"], json.loads(prompt)["stop"]) == (48, ["\n"])
+        asked = json.loads(prompt)
+        assert (asked["max_tokens"], asked["stop"]) == (48, ["\n"])
         assert json.loads(suggestion) == item.insert_text
         # the client reports show and accept; the accept command lands too
         s.client.protocol.notify("editserver/didShow", {"id": sid})
@@ -174,9 +175,10 @@ async def test_prompt_carries_definitions_from_other_open_files(tiny_server, bas
         assert len(res.items) == 1
         sid = res.items[0].command.arguments[0]["id"]
         ((prompt,),) = rows(telemetry_path, f"SELECT prompt FROM suggestions WHERE id='{sid}'")
-        prefix = json.loads(prompt)["prefix"]
+        asked = json.loads(prompt)
+        prefix = asked["prefix"]
         # an empty line may take a block: the multi-line canvas and stop
-        assert (json.loads(prompt)["max_tokens"], json.loads(prompt)["stop"]) == (64, ["\n\n\n"])
+        assert (asked["max_tokens"], asked["stop"]) == (64, ["\n\n\n"])
         assert prefix.startswith("# geometry.py\n# def scale(v, k):\n#     return v * k\n")
         assert "unused" not in prefix  # only definitions of names used near the cursor
         assert prefix.endswith("    big = scale(3, 4)\n    ")
