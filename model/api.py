@@ -112,6 +112,9 @@ class Completion:
     above_threshold: bool = True
     # what ``score`` aggregates: ``token_confidences`` plus the decision to stop there (``_scored``)
     scored_confidences: list[float] = field(default_factory=list)
+    # the stop sequence the text was cut at; None when the answer ended at end-of-text or the canvas
+    # end (both are finish_reason "stop"/"length" too, so this is how a caller tells them apart)
+    stop_sequence: str | None = None
 
     @property
     def tokens_per_step(self) -> float:
@@ -260,10 +263,11 @@ class Engine:
             confs = res.confidences[i, :n].tolist()
             text = self.tok.decode(toks)
             finish = "stop" if bool(res.finished[i]) and int(res.lengths[i]) < canvas_lens[i] else "length"
+            matched = None
             for s in r.options.stop:
                 cut = text.find(s) if s else -1
                 if cut >= 0:
-                    text, finish = text[:cut], "stop"
+                    text, finish, matched = text[:cut], "stop", s
             if res.cancelled:
                 finish = "cancelled"
             scored = self._scored(res, i, n, confs)
@@ -279,6 +283,7 @@ class Engine:
                 latency_s=latency,
                 canvases=[self._draft(cv[i]) for cv in res.canvases],
                 scored_confidences=scored,
+                stop_sequence=matched,
             )
             p = parsed[i]
             if p is not None:

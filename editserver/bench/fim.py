@@ -137,8 +137,9 @@ def evaluate(
                 ),
             )
         )
-        # a stop cuts the newline off; the line keeps it, as the whole-canvas cut does
-        text = c.text + "\n" if stop and c.finish_reason == "stop" else c.text
+        # a stop cuts its sequence off; the line keeps it, as the whole-canvas cut does (an answer that
+        # ended at end-of-text before any newline gets none, exactly as in the whole-canvas decode)
+        text = c.text + c.stop_sequence if c.stop_sequence else c.text
         text = first_line(text) if single_line else text
         outs.append(text)
         lat.append(c.latency_s * 1000)

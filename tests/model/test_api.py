@@ -58,6 +58,7 @@ def test_stop_sequences_cut_text(engine: Engine) -> None:
             FimRequest("def f():\n", "", max_tokens=24, options=SamplingOptions(stop=[stop]))
         )
         assert cut.text == full.text[: full.text.find(stop)] and cut.finish_reason == "stop"
+        assert cut.stop_sequence == stop and full.stop_sequence is None
 
 
 def test_middle_ce_agrees_with_the_sampler(engine: Engine) -> None:
@@ -172,7 +173,13 @@ def test_stop_ends_decoding_early_with_the_same_text(engine: Engine) -> None:
         FimRequest("def f():\n", "", max_tokens=48, options=SamplingOptions(sequential=True, stop=[stop]))
     )
     assert early.text == full.text[: full.text.find(stop)] and early.finish_reason == "stop"
-    assert early.steps < full.steps
+    assert early.steps < full.steps and early.stop_sequence == stop
+    absent = engine.complete(
+        FimRequest("def f():\n", "", max_tokens=48, options=SamplingOptions(sequential=True, stop=["\x00"]))
+    )
+    # a stop that never occurs: the answer ends as without it, and no stop sequence is reported
+    assert absent.text == full.text and absent.finish_reason == full.finish_reason
+    assert absent.stop_sequence is None
 
 
 def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
