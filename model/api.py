@@ -254,6 +254,7 @@ class Engine:
             done=self._stop_hook([r.options.stop for r in reqs]),
             canvas_pos=None if canvas_pos is None else canvas_pos.to(self.device),
             draft=draft,
+            canvas_lens=torch.tensor(canvas_lens, device=self.device),
         )
         latency = time.perf_counter() - t0
         out = []

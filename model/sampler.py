@@ -27,6 +27,12 @@ Alg. 2 with low-confidence remasking). Design decisions:
   knows nothing of text; the hook sees only tokens.
 - Draft hook (``draft``): a ``canvas_draft`` model gets, before every step, the region token each
   canvas position would copy, aligned on what each row has committed so far (model/draft.py).
+- Per-row canvases (``canvas_lens``): a batch decodes rows whose canvases differ in length (a short
+  rewrite beside a long one, a 48-token line beside a 64-token block) on one canvas of the longest
+  length. A shorter row's extra positions start committed as end-of-text and no position attends to
+  them (a key mask), so every row decodes as it would alone: the canvas length is part of the
+  question (training pads each answer to a random canvas length, so a longer canvas is a prior
+  toward a longer answer), and a suggestion must not depend on which requests it shared a batch with.
 - Committed tokens are never re-masked or changed; the mask token and layout tags are never proposed.
 - Pure with respect to randomness: sampling (temperature > 0) draws only from the explicit
   ``torch.Generator``; greedy decoding draws nothing.
@@ -35,7 +41,7 @@ Alg. 2 with low-confidence remasking). Design decisions:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
@@ -91,6 +97,7 @@ class CachePolicy(Protocol):
         context: torch.Tensor,
         lengths: torch.Tensor,
         canvas_pos: torch.Tensor | None,
+        canvas_lens: torch.Tensor | None,
     ) -> object: ...
 
     def logits(
@@ -109,8 +116,9 @@ class ContextCache:
         context: torch.Tensor,
         lengths: torch.Tensor,
         canvas_pos: torch.Tensor | None,
+        canvas_lens: torch.Tensor | None,
     ) -> KVCache:
-        return model.encode_context(context, lengths, canvas_pos)
+        return replace(model.encode_context(context, lengths, canvas_pos), canvas_lens=canvas_lens)
 
     def logits(
         self, model: Transformer, state: object, canvas: torch.Tensor, only: slice, draft: torch.Tensor | None
@@ -128,22 +136,24 @@ class NoCache:
         context: torch.Tensor,
         lengths: torch.Tensor,
         canvas_pos: torch.Tensor | None,
+        canvas_lens: torch.Tensor | None,
     ) -> object:
         if not bool((lengths == context.shape[1]).all()):
             raise ValueError("NoCache needs rows of equal context length")
-        return context, canvas_pos
+        return context, canvas_pos, canvas_lens
 
     @torch.no_grad()
     def logits(
         self, model: Transformer, state: object, canvas: torch.Tensor, only: slice, draft: torch.Tensor | None
     ) -> torch.Tensor:
         assert isinstance(state, tuple)
-        context, canvas_pos = state
+        context, canvas_pos, canvas_lens = state
         ids = torch.cat([context, canvas], dim=1)
         ctx = torch.full((ids.shape[0],), context.shape[1], device=ids.device)
         if draft is not None:  # [B, Lc + N]: no draft over the context
             draft = torch.cat([torch.full_like(context, -1), draft[:, : canvas.shape[1]]], dim=1)
-        logits = model(ids, context_lens=ctx, canvas_pos=canvas_pos, draft=draft)
+        seq = None if canvas_lens is None else ctx + canvas_lens  # keys past a row's canvas: padding
+        logits = model(ids, context_lens=ctx, seq_lens=seq, canvas_pos=canvas_pos, draft=draft)
         return logits[:, context.shape[1] :][:, only]
 
 
@@ -211,8 +221,9 @@ def denoise(
     done: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     canvas_pos: torch.Tensor | None = None,  # [B] rotary position of the canvas start (see transformer)
     draft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    canvas_lens: torch.Tensor | None = None,  # [B] each row's canvas, at most canvas_len (default: all)
 ) -> SampleResult:
-    """Decode ``canvas_len`` tokens after each row's context.
+    """Decode ``canvas_len`` tokens after each row's context (``canvas_lens[b]`` for row b).
 
     ``done(canvas [B, N], fixed [B, N]) -> [B] bool`` is asked after every step; rows it marks end
     there (their undecided positions become end-of-text). ``draft(canvas [B, N], fixed [B, N]) ->
@@ -221,12 +232,18 @@ def denoise(
     cache = cache or ContextCache()
     B, N, dev = context.shape[0], canvas_len, context.device
     V = model.cfg.vocab_size
-    canvas = torch.full((B, N), mask_id, dtype=torch.long, device=dev)  # [B, N]
-    fixed = torch.zeros((B, N), dtype=torch.bool, device=dev)
-    conf_out = torch.zeros((B, N), dtype=torch.float32, device=dev)
-    state = cache.prepare(model, context, context_lens, canvas_pos)
-    steps, canvases, cancelled = 0, [], False
     pos = torch.arange(N, device=dev)
+    real = torch.ones((B, N), dtype=torch.bool, device=dev)  # [B, N] positions of each row's canvas
+    if canvas_lens is not None:
+        if bool((canvas_lens > N).any()) or bool((canvas_lens < 1).any()):
+            raise ValueError(f"canvas_lens must lie in [1, {N}]")
+        real = pos[None, :] < canvas_lens[:, None]
+    # a shorter row's padding starts as committed end-of-text (nothing to decide there)
+    canvas = torch.where(real, mask_id, eot_id)  # [B, N]
+    fixed = ~real
+    conf_out = (~real).float()
+    state = cache.prepare(model, context, context_lens, canvas_pos, canvas_lens)
+    steps, canvases, cancelled = 0, [], False
     # never propose the mask token or layout tags: [V] additive bias, -inf on suppressed ids
     bias = torch.zeros(V, device=dev)
     bias[[mask_id, *(suppress_ids or [])]] = float("-inf")
@@ -271,11 +288,9 @@ def denoise(
                 canvases.append(canvas.clone())
             if on_step is not None:
                 on_step(canvas)
-        if cancelled:
-            break
-        finished = (fixed & (canvas == eot_id)).any(dim=1)
-        if bool(finished.all()):
+        if cancelled or bool(fixed.all()):  # every row ended (its end-of-text fills the rest)
             break
     is_eot = fixed & (canvas == eot_id)
     lengths = torch.where(is_eot, pos, N).min(dim=1).values
-    return SampleResult(canvas, conf_out, lengths, steps, steps + 1, is_eot.any(dim=1), cancelled, canvases)
+    finished = (is_eot & real).any(dim=1)  # end-of-text inside the row's own canvas, not its padding
+    return SampleResult(canvas, conf_out, lengths, steps, steps + 1, finished, cancelled, canvases)

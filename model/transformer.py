@@ -82,6 +82,9 @@ class KVCache:
     valid: torch.Tensor  # [B, Lc] bool
     lengths: torch.Tensor  # [B] number of real context tokens per row
     canvas_pos: torch.Tensor  # [B] rotary position of each row's first canvas token
+    # [B] real canvas positions per row (None: every row uses the whole canvas); a batch pads shorter
+    # canvases to the longest, and no position attends to the padding (``forward_canvas``)
+    canvas_lens: torch.Tensor | None = None
 
     @property
     def context_len(self) -> int:
@@ -275,11 +278,16 @@ class Transformer(nn.Module):
         # canvas positions start at each row's canvas_pos (by default right after its real context)
         pos = cache.canvas_pos[:, None] + torch.arange(N, device=canvas.device)[None, :]  # [B, N]
         cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
-        # keys are [cached context ; canvas]; only the context can hold padding
+        # keys are [cached context ; canvas]: context padding is given as lengths, canvas padding (a
+        # row shorter than the batch's canvas) as a key mask, so a batched row decodes as it would alone
         kv_lens = None if bool(cache.valid.all()) else cache.lengths
+        mask = None
+        if cache.canvas_lens is not None and bool((cache.canvas_lens < N).any()):
+            on = torch.arange(N, device=canvas.device)[None, :] < cache.canvas_lens[:, None]  # [B, N]
+            mask = torch.cat([on.new_ones(B, cache.context_len), on], dim=1)[:, None, None, :]  # [B,1,1,Lk]
         x = self._embed(canvas, draft)
         for layer, k, v in zip(self.layers, cache.keys, cache.values):
-            x, _, _ = layer(x, cos, sin, None, past=(k, v), kv_lens=kv_lens)
+            x, _, _ = layer(x, cos, sin, mask, past=(k, v), kv_lens=kv_lens)
         if only is not None:
             x, draft = x[:, only], None if draft is None else draft[:, only]
         return self.logits(x, draft)

@@ -1,10 +1,12 @@
 """The rename scenario on the shipped checkpoint: rename a function at its definition, ask for the next
 edit, and see whether the model's edits rename the call sites.
 
-Plumbing (the call sites are asked about, edits are well formed) is asserted; whether the model
-actually rewrites the call sites is measured and reported as a rate (``record_property`` and stdout),
-because a young checkpoint may not do it yet. Set ``EDITSERVER_RENAME_MIN_RATE`` to turn the rate
-into a gate once the model is good enough.
+Plumbing (the call sites are asked about, edits are well formed) is asserted; how many call sites the
+model renames is reported as a rate (``record_property`` and stdout) and gated at
+``EDITSERVER_RENAME_MIN_RATE`` (default 0.5; the shipped session-11 checkpoint renames 6 of 6, the same
+in every run, since session 13). The rate swung between 1 and 4 of 6 from run to run while a batch decoded every row on
+the longest row's canvas: whether an occurrence was batched with the twelve-line cursor region
+depended on timing, and the longer canvas changed its answer (model/sampler.py ``canvas_lens``).
 """
 
 from __future__ import annotations
@@ -101,4 +103,4 @@ async def test_rename_at_definition_yields_call_site_edits(shipped_server, recor
     rate = renamed_sites / total_sites
     record_property("rename_call_site_rate", rate)
     print(f"rename -> call-site edits: {renamed_sites}/{total_sites} = {rate:.0%}")
-    assert rate >= float(os.environ.get("EDITSERVER_RENAME_MIN_RATE", "0"))
+    assert rate >= float(os.environ.get("EDITSERVER_RENAME_MIN_RATE", "0.5"))

@@ -139,6 +139,31 @@ def test_batch_matches_single(engine: Engine) -> None:
     assert [b.text for b in batch] == [engine.complete(r).text for r in reqs]
 
 
+def _same(a, b) -> bool:
+    return (a.text, a.finish_reason, a.completion_tokens) == (b.text, b.finish_reason, b.completion_tokens)
+
+
+def test_batch_of_unequal_canvases_matches_single(shipped_checkpoint) -> None:
+    """A request's answer does not depend on what it was batched with: a 48-token line beside a
+    64-token block, a two-line region beside a twelve-line one (the server batches both). The shipped
+    model, because the tiny random one's confidences tie, so float rounding alone reorders its steps."""
+    engine = Engine.load(shipped_checkpoint)
+    fims = [
+        FimRequest("def f():\n    return ", "\n", max_tokens=48),
+        FimRequest("import ", "", max_tokens=64),
+    ]
+    alone = [engine.complete(r) for r in fims]
+    assert all(_same(a, b) for a, b in zip(engine.complete_batch(fims), alone))
+    body = "".join(f"    y{i} = x + {i}\n" for i in range(12))
+    edits = [
+        EditRequest(build_prompt(EditPrompt("a.py", "import os\n", "def f(x):\n    return x\n", 4, "\n"))),
+        EditRequest(build_prompt(EditPrompt("b.py", "", f"def g(x):\n{body}", 4, "\n"))),
+    ]
+    alone = [engine.complete(r) for r in edits]
+    batch = engine.complete_batch(edits)
+    assert all(_same(a, b) and a.score == pytest.approx(b.score, abs=1e-4) for a, b in zip(batch, alone))
+
+
 def test_score_counts_the_decision_to_stop() -> None:
     import torch
 

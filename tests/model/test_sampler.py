@@ -154,3 +154,23 @@ def test_draft_is_exact_through_the_cache() -> None:
     assert len(seen) == a.steps and seen == sorted(seen), "asked before every step, as tokens commit"
     assert a.tokens[0, :18].tolist() == regions[0], "the copy gate's +4 on a random model: the region"
     assert not torch.equal(a.tokens[0], c.tokens[0]) and torch.equal(a.tokens[1], c.tokens[1])
+
+
+@pytest.mark.parametrize("cache", [ContextCache(), NoCache()])
+def test_rows_of_unequal_canvases_decode_as_alone(model: Transformer, cache) -> None:
+    """A batch pads a shorter canvas to the longest; the padded row decodes exactly as it does alone
+    (its padding is committed end-of-text that no position attends to)."""
+    ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(0))
+    kw = dict(mask_id=MASK, eot_id=EOT, block_size=8, rule=ThresholdRule(0.5), cache=cache)
+    both = denoise(model, ctx, torch.tensor([20, 20]), 24, canvas_lens=torch.tensor([11, 24]), **kw)
+    short = denoise(model, ctx[:1], torch.tensor([20]), 11, **kw)
+    long = denoise(model, ctx[1:], torch.tensor([20]), 24, **kw)
+    assert torch.equal(both.tokens[0, :11], short.tokens[0]) and (both.tokens[0, 11:] == EOT).all()
+    assert torch.equal(both.tokens[1], long.tokens[0])
+    assert torch.allclose(both.confidences[0, :11], short.confidences[0], atol=1e-5)
+    assert both.lengths.tolist() == [int(short.lengths[0]), int(long.lengths[0])]
+    assert both.finished.tolist() == [bool(short.finished[0]), bool(long.finished[0])]
+    padded = denoise(model, ctx, torch.tensor([20, 20]), 24, **kw)  # the old way: one canvas for all
+    assert not torch.equal(padded.tokens[0, :11], short.tokens[0]), "padding would change the answer"
+    with pytest.raises(ValueError, match="canvas_lens"):
+        denoise(model, ctx, torch.tensor([20, 20]), 24, canvas_lens=torch.tensor([0, 24]), **kw)
