@@ -46,7 +46,7 @@ async def test_inline_completion_item_shape_and_telemetry(tiny_server, base_opti
         assert kind == "fim" and '"prefix"' in prompt and "def add(a, b)" in prompt
         # a single line is asked for with the canvas the benchmarks measured best for one line
         asked = json.loads(prompt)
-        assert (asked["max_tokens"], asked["stop"]) == (48, ["\n"])
+        assert (asked["max_tokens"], asked["stop"]) == (32, ["\n"])
         assert json.loads(suggestion) == item.insert_text
         # the client reports show and accept; the accept command lands too
         s.client.protocol.notify("editserver/didShow", {"id": sid})
@@ -86,17 +86,31 @@ async def test_typing_along_reuses_the_cached_suggestion(tiny_server, base_optio
         assert all(i.command.arguments[0]["id"] != first.command.arguments[0]["id"] for i in third.items)
 
 
+def fim_calls(url: str) -> float:
+    """FIM requests the server has answered (its Prometheus counter)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("editserver_requests_total{") and 'endpoint="/v1/fim/completions"' in line
+    )
+
+
 async def test_newer_keystroke_supersedes_pending_request(tiny_server, base_options, telemetry_path):
     opts = {**base_options, "debounceMs": 400}
     async with lsp_session(tiny_server, opts) as s:
         s.open(URI, SRC, "python")
+        before = fim_calls(tiny_server)
         stale = asyncio.ensure_future(s.inline(URI, 6, 4))
         await asyncio.sleep(0.05)  # the first request is waiting out its debounce
         s.replace(URI, (6, 4), (6, 4), "x")
         fresh = await s.inline(URI, 6, 5)
-        assert not (await stale).items  # superseded: answered empty, no model call made for it
-        assert len(fresh.items) == 1
-        assert len(rows(telemetry_path, "SELECT id FROM suggestions")) == 1
+        assert not (await stale).items  # superseded: answered empty
+        assert fim_calls(tiny_server) - before == 1, "one model call: the fresh request's, none for the stale"
+        # the tiny model's answer may post-process to nothing; what is shown is what is recorded
+        assert len(rows(telemetry_path, "SELECT id FROM suggestions")) == len(fresh.items) <= 1
 
 
 async def test_cancel_request(tiny_server, base_options, telemetry_path):
