@@ -146,10 +146,10 @@ def test_outcomes_are_counted_and_logged(strict):
 
 def test_replay_over_http_reads_the_model_text_of_a_suppressed_completion(shown, strict):
     from editserver.replay.points import FimPoint
-    from editserver.replay.suggest import HttpSuggester
+    from editserver.replay.suggest import FIM_MAX_TOKENS, HttpSuggester
 
     point = FimPoint("p", "acme/x", "0" * 40, "x.py", "python", "start", BODY["prompt"], "", "pass")
-    model_text = fim(shown, max_tokens=48, stop=["\n"])["editserver"]["suggestion"]
+    model_text = fim(shown, max_tokens=FIM_MAX_TOKENS, stop=["\n"])["editserver"]["suggestion"]
     assert model_text.strip(), "the precondition: the model writes something on that line"
     s = HttpSuggester(strict.url)
     try:
