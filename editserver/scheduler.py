@@ -10,9 +10,10 @@ Design decisions:
 - Opportunistic batching: when the worker picks a request, it also takes queued requests that can share
   one ``Engine.complete_batch`` call (same kind and sampling settings, up to ``max_batch``), keeping
   FIFO order otherwise. Each row keeps its own canvas length (model/sampler.py ``canvas_lens``), so
-  a request gets the answer it would get alone, whatever it shares a batch with. Requests that stream intermediate drafts run alone (the engine reports drafts
-  for its first row only). If a batch fails (e.g. one row's prompt plus the batch's longest canvas
-  exceeds the window), its requests are retried one by one, so one bad request cannot fail others.
+  a request gets the answer it would get alone, whatever it shares a batch with. Requests that
+  stream intermediate drafts run alone (the engine reports drafts for its first row only). If a
+  batch fails (e.g. one row's prompt plus the batch's longest canvas exceeds the window), its
+  requests are retried one by one, so one bad request cannot fail others.
 - Cancellation: every job carries a ``threading.Event`` set when its client disconnects. A queued job
   is dropped when picked; a running job stops the denoising loop at its next step. A batch stops only
   when all of its clients are gone (``_AllSet``), since the others still want their answers.

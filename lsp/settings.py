@@ -51,7 +51,7 @@ class Settings:
     # canvas of a single-line request (stop at the newline): training pads an answer with 1-49
     # end-of-text, so the canvas length is a length prior. All 1,033 HumanEval single lines, shipped
     # model: pass@1 10.9% at 24, 10.3% at 32, 9.8% at 48, 6.9% at 64 (README, session 13). Still 48:
-    # at 32 the tiny test model answers blank where two Neovim plugin tests need a second suggestion
+    # at 32 two Neovim plugin tests (tiny test model) time out waiting for a second suggestion
     fim_line_max_tokens: int = 48
     fim_prefix_chars: int = 6000
     fim_suffix_chars: int = 2000
