@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-tokens",
         type=int,
         default=None,
-        help="canvas length (default 48 single-line, the LSP's; 128 multi)",
+        help="canvas length (default 32 single-line, the LSP's; 128 multi)",
     )
     p.add_argument(
         "--keep-lines", action="store_true", help="do not cut single-line infills at the first line"
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         engine.inference.window_tokens = args.fim_window or None
     effort = args.effort or engine.inference.default_effort
     single = "singleline" in args.suite.name and not args.keep_lines
-    max_tokens = args.max_tokens or (48 if "singleline" in args.suite.name else 128)
+    max_tokens = args.max_tokens or (32 if "singleline" in args.suite.name else 128)
     tasks = load_suite(args.suite, args.limit, args.seed)
     if not tasks:
         print(f"no tasks to run (suite {args.suite}, --limit {args.limit})")

@@ -59,7 +59,7 @@ class Suggester(Protocol):
     def fim(self, points: list[FimPoint]) -> list[FimAnswer]: ...
 
 
-FIM_MAX_TOKENS = 48  # the LSP's single-line canvas (lsp/settings.py); cut at the first newline
+FIM_MAX_TOKENS = 32  # the LSP's single-line canvas (lsp/settings.py); cut at the first newline
 
 
 class EngineSuggester:

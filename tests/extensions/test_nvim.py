@@ -60,6 +60,19 @@ def shown_ghost(n: Nvim) -> dict:
     )
 
 
+def next_ghost(n: Nvim, old_id: str, what: str, keys: tuple[str, ...] = ("<CR>y = area(", "w", "h")) -> dict:
+    """A suggestion other than ``old_id``. The tiny test model is random: at some cursor positions
+    its answer is control bytes that post-processing rightly drops, so when nothing shows for a
+    while this types more, as a user would, and asks again (once per entry of ``keys``)."""
+    check = "local g = require('editserver').ghost.current(); return g and g.id ~= ... and g.id and g.text ~= '' and g or nil"
+    for key in keys:
+        try:
+            return n.wait(check, 8, what, old_id)
+        except TimeoutError:
+            n.input(key)
+    return n.wait(check, 30, what, old_id)
+
+
 def byte_to_char(line: str, col: int) -> int:
     return len(line.encode()[:col].decode(errors="ignore"))
 
@@ -127,12 +140,7 @@ def test_partial_accept_word_and_dismiss(nvim_factory, tiny_server, tmp_path):
     assert n.lua("return vim.api.nvim_get_mode().mode") == "i"
 
     # The next suggestion appears; <C-]> hides it and the server hears didReject.
-    second = n.wait(
-        "local g = require('editserver').ghost.current(); return g and g.id ~= ... and g.id and g or nil",
-        60,
-        "a new suggestion",
-        item["id"],
-    )
+    second = next_ghost(n, item["id"], "a new suggestion")
     n.input("<C-]>")
     n.wait("return require('editserver').ghost.current() == nil", 10, "the ghost to be gone")
     n.wait(
@@ -179,12 +187,7 @@ def test_fallback_renderer_shows_and_accepts(nvim_factory, tiny_server, tmp_path
 
     # Partial accept and dismiss through the same renderer.
     n.input("<CR>x = (")
-    second = n.wait(
-        "local g = require('editserver').ghost.current(); return g and g.id ~= ... and g.id and g.text ~= '' and g or nil",
-        60,
-        "a second suggestion",
-        item["id"],
-    )
+    second = next_ghost(n, item["id"], "a second suggestion")
     line = n.api.current.line
     n.input("<C-Right>")
     row = wait_until(
@@ -193,12 +196,7 @@ def test_fallback_renderer_shows_and_accepts(nvim_factory, tiny_server, tmp_path
         "a partial accept",
     )[0]
     n.wait("return vim.api.nvim_get_current_line() == ...", 10, "the accepted word", line + row[4])
-    third = n.wait(
-        "local g = require('editserver').ghost.current(); return g and g.id ~= ... and g.id and g.text ~= '' and g or nil",
-        60,
-        "a third suggestion",
-        second["id"],
-    )
+    third = next_ghost(n, second["id"], "a third suggestion")
     n.input("<C-]>")
     n.wait(
         "local ns = vim.api.nvim_get_namespaces()['editserver.ghost']"

@@ -46,7 +46,7 @@ async def test_inline_completion_item_shape_and_telemetry(tiny_server, base_opti
         assert kind == "fim" and '"prefix"' in prompt and "def add(a, b)" in prompt
         # a single line is asked for with the canvas the benchmarks measured best for one line
         asked = json.loads(prompt)
-        assert (asked["max_tokens"], asked["stop"]) == (48, ["\n"])
+        assert (asked["max_tokens"], asked["stop"]) == (32, ["\n"])
         assert json.loads(suggestion) == item.insert_text
         # the client reports show and accept; the accept command lands too
         s.client.protocol.notify("editserver/didShow", {"id": sid})
