@@ -25,6 +25,12 @@ Design decisions:
   mid-line completions stop at the first newline).
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
   masked); ``complete`` is the batch of one.
+- A single-line FIM request (its stops include "\n") is also decoded on the checkpoint's
+  ``line_canvases`` shorter than its own canvas, as extra rows of the same batch, and the answer the
+  model finds likeliest wins: the highest sum of log-confidences over what the score aggregates
+  (the answer's tokens and its end). Training pads each answer with 1-49 end-of-text tokens, so the
+  canvas length is a length prior, and the best length differs per line (README, session 14). Each
+  row keeps its own canvas, so the extra rows do not change the request's own row (sampler.py).
 - Edit completions carry a score (aggregate of the per-token confidences, model/scoring.py) and
   whether it clears the checkpoint's selectivity threshold; an answer equal to the region, or one
   that moves only its layout (model/scoring.py ``layout_only``), is reported as ``unchanged``.
@@ -36,6 +42,8 @@ Design decisions:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -188,6 +196,20 @@ class Engine:
         return self.complete_batch([req])[0]
 
     def complete_batch(self, reqs: list[FimRequest] | list[EditRequest]) -> list[Completion]:
+        rows: list[FimRequest | EditRequest] = list(reqs)
+        groups = [[i] for i in range(len(reqs))]  # each request's rows, its own canvas first
+        for i, r in enumerate(reqs):
+            if isinstance(r, FimRequest) and "\n" in r.options.stop:
+                own = r.max_tokens if r.max_tokens is not None else self.inference.fim_max_tokens
+                for n in sorted(set(self.inference.line_canvases)):
+                    if n < own:
+                        groups[i].append(len(rows))
+                        rows.append(dataclasses.replace(r, max_tokens=n))
+        outs = self._decode(rows)
+        # max keeps the first of equals: a tie goes to the request's own canvas
+        return [max((outs[j] for j in g), key=line_likelihood) for g in groups]
+
+    def _decode(self, reqs: list[FimRequest | EditRequest]) -> list[Completion]:
         if not reqs:
             return []
         t0 = time.perf_counter()
@@ -369,3 +391,9 @@ class Engine:
         if self.tok.eot_id in toks:
             toks = toks[: toks.index(self.tok.eot_id)]
         return self.tok.decode(t for t in toks if t != self.tok.mask_id)
+
+
+def line_likelihood(c: Completion) -> float:
+    """log P(answer, its end) under the model, as committed: sum of log-confidences (an empty answer
+    is scored by its end alone), so a longer answer must earn each extra token."""
+    return sum(math.log(max(x, 1e-9)) for x in c.scored_confidences)

@@ -97,6 +97,11 @@ class InferenceConfig:
     score_aggregate: str = "mean"  # how per-token confidences become one suggestion score
     selectivity_threshold: float = 0.0  # edits scoring below this are suppressed (tuned by replay)
     fim_threshold: float = 0.0  # FIM completions scoring below this are not shown (tuned by replay)
+    # Shorter canvases also decoded for a single-line FIM request (one whose stop sequences include
+    # "\n"), in the same batch; the answer with the highest summed log-confidence wins (model/api.py).
+    # The canvas length is a length prior for these models, and no one length suits every line.
+    # Empty: the request's own canvas only.
+    line_canvases: tuple[int, ...] = ()
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -109,5 +114,9 @@ class InferenceConfig:
             d.setdefault("window_tokens", d.pop("fim_window_tokens"))
         if "efforts" in d:
             d["efforts"] = {k: EffortPreset(**v) for k, v in d["efforts"].items()}
+        if "line_canvases" in d:
+            d["line_canvases"] = tuple(int(n) for n in d["line_canvases"])
+            if any(n < 1 for n in d["line_canvases"]):
+                raise ValueError(f"line_canvases must be positive, got {d['line_canvases']}")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})

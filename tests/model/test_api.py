@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 
 import pytest
 import torch
 
-from model.api import EditRequest, Engine, FimRequest, SamplingOptions
+from model.api import EditRequest, Engine, FimRequest, SamplingOptions, line_likelihood
 from model.prompt import EditPrompt, PromptError, build_prompt
 from model.transformer import ContextTooLongError
 
@@ -162,6 +163,38 @@ def test_batch_of_unequal_canvases_matches_single(shipped_checkpoint) -> None:
     alone = [engine.complete(r) for r in edits]
     batch = engine.complete_batch(edits)
     assert all(_same(a, b) and a.score == pytest.approx(b.score, abs=1e-4) for a, b in zip(batch, alone))
+
+
+def test_single_line_request_also_tries_shorter_canvases(shipped_checkpoint) -> None:
+    """With ``line_canvases`` a one-line request gets whichever of its own canvas and the shorter
+    ones the model finds likelier, from one batch, exactly as decoding each alone would give. The
+    prompts were picked so that each way wins at least once with a different line."""
+    engine = Engine.load(shipped_checkpoint)
+    with_short = dataclasses.replace(engine.inference, line_canvases=(24,))
+    plain = dataclasses.replace(engine.inference, line_canvases=())
+    line = SamplingOptions(stop=["\n"])
+    prefixes = [
+        "if __name__ == ",
+        "def sort_desc(xs):\n    return sorted(",
+        "def k(a, b):\n    if a > b:\n        return ",
+    ]
+    reqs = [FimRequest(p, "\n", max_tokens=32, options=line) for p in prefixes]
+    engine.inference = with_short
+    got = engine.complete_batch(reqs)
+    engine.inference = plain
+    winners = []
+    for r, g in zip(reqs, got):
+        own, short = engine.complete(r), engine.complete(dataclasses.replace(r, max_tokens=24))
+        assert own.text != short.text
+        want = short if line_likelihood(short) > line_likelihood(own) else own
+        assert _same(g, want)
+        winners.append(want is short)
+    assert True in winners and False in winners
+    # a request that may run past its line keeps its own canvas
+    block = FimRequest(prefixes[1], "\n", max_tokens=32)
+    alone = engine.complete(block)
+    engine.inference = with_short
+    assert _same(engine.complete(block), alone)
 
 
 def test_score_counts_the_decision_to_stop() -> None:
@@ -354,3 +387,21 @@ def test_old_config_without_fim_threshold_loads_with_zero(tiny_checkpoint, tmp_p
     cfg["inference"].pop("fim_threshold")
     (ck / "config.json").write_text(json.dumps(cfg))
     assert load_checkpoint(ck).inference.fim_threshold == 0.0
+
+
+def test_line_canvases_load_from_json_and_reject_nonsense(tiny_checkpoint, tmp_path) -> None:
+    import json
+    import shutil
+
+    from model.checkpoint import load_checkpoint
+    from model.config import InferenceConfig
+
+    assert InferenceConfig.from_dict({}).line_canvases == ()
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ck)
+    cfg = json.loads((ck / "config.json").read_text())
+    cfg["inference"]["line_canvases"] = [24, 16]
+    (ck / "config.json").write_text(json.dumps(cfg))
+    assert load_checkpoint(ck).inference.line_canvases == (24, 16)
+    with pytest.raises(ValueError, match="line_canvases"):
+        InferenceConfig.from_dict({"line_canvases": [0]})
