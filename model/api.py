@@ -147,6 +147,12 @@ class Engine:
         return 1024
 
     # ---- layout --------------------------------------------------------------------------------
+    def _fim_canvas(self, req: FimRequest) -> int:
+        """The request's canvas length: its ``max_tokens`` (else the checkpoint's), at most
+        ``max_output_tokens``; not validated here (``_decode`` rejects one below 1)."""
+        n = req.max_tokens if req.max_tokens is not None else self.inference.fim_max_tokens
+        return min(n, self.max_output_tokens)
+
     def _fim_context(self, req: FimRequest, canvas: int) -> list[int]:
         t = self.tok
         pre, suf = t.encode(req.prefix), t.encode(req.suffix)
@@ -198,10 +204,11 @@ class Engine:
     def complete_batch(self, reqs: list[FimRequest] | list[EditRequest]) -> list[Completion]:
         rows: list[FimRequest | EditRequest] = list(reqs)
         groups = [[i] for i in range(len(reqs))]  # each request's rows, its own canvas first
+        shorter = sorted(set(self.inference.line_canvases))
         for i, r in enumerate(reqs):
             if isinstance(r, FimRequest) and "\n" in r.options.stop:
-                own = r.max_tokens if r.max_tokens is not None else self.inference.fim_max_tokens
-                for n in sorted(set(self.inference.line_canvases)):
+                own = self._fim_canvas(r)
+                for n in shorter:
                     if n < own:
                         groups[i].append(len(rows))
                         rows.append(dataclasses.replace(r, max_tokens=n))
@@ -222,11 +229,11 @@ class Engine:
         contexts, canvas_lens = [], []
         for i, r in enumerate(reqs):
             if isinstance(r, FimRequest):
-                n = r.max_tokens if r.max_tokens is not None else self.inference.fim_max_tokens
+                n = self._fim_canvas(r)
                 if n < 1:
                     raise ValueError("max_tokens must be at least 1")
-                canvas_lens.append(min(n, self.max_output_tokens))
-                contexts.append(self._fim_context(r, canvas_lens[-1]))
+                canvas_lens.append(n)
+                contexts.append(self._fim_context(r, n))
             else:
                 ctx, parsed[i], n = self._edit_context(r)
                 contexts.append(ctx)
