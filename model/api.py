@@ -153,7 +153,8 @@ class Engine:
         n = req.max_tokens if req.max_tokens is not None else self.inference.fim_max_tokens
         return min(n, self.max_output_tokens)
 
-    def _fim_context(self, req: FimRequest, canvas: int) -> list[int]:
+    def fim_context(self, req: FimRequest, canvas: int) -> list[int]:
+        """The context ids of a FIM request decoded on a ``canvas``-token canvas (the training layout)."""
         t = self.tok
         pre, suf = t.encode(req.prefix), t.encode(req.suffix)
         # the model's window is a hard limit on the whole input, whatever the FIM window keeps
@@ -233,7 +234,7 @@ class Engine:
                 if n < 1:
                     raise ValueError("max_tokens must be at least 1")
                 canvas_lens.append(n)
-                contexts.append(self._fim_context(r, n))
+                contexts.append(self.fim_context(r, n))
             else:
                 ctx, parsed[i], n = self._edit_context(r)
                 contexts.append(ctx)
@@ -339,7 +340,7 @@ class Engine:
         tokens < k written and the rest still masked (teacher forcing), the state a block-of-one
         decode meets at each step, so it tracks what greedy decoding can get right."""
         n = req.max_tokens if req.max_tokens is not None else self.inference.fim_max_tokens
-        ctx = self._fim_context(req, n)
+        ctx = self.fim_context(req, n)
         target = [*self.tok.encode(middle), self.tok.eot_id][:n]
         T = len(target)
         mask = self.tok.mask_id

@@ -24,6 +24,8 @@ Design decisions:
   its last ``decay_frac``, and the run saves and stops when it is spent; ``steps`` stays a cap.
 - The next batch is prepared on a thread while a step runs (``draw``); the row indices are still
   drawn in order from the run's seeded generator, so batches do not depend on the thread.
+- Self-distillation (``distill_dir``, model/distill.py): a fixed share of each batch comes from a
+  second row store of the teacher's answers, the rest from the corpus; both take the same loss.
 - Logs are JSON lines in ``<run>/train.log.jsonl``.
 """
 
@@ -85,6 +87,9 @@ class TrainConfig:
     time_budget_s: float | None = None  # stop after this much training time (module docstring)
     decay_frac: float = 0.2  # with a time budget: the LR decays over its last fifth
     optimizer: str = "adamw"  # adamw | muon (model/optim.py)
+    # self-distillation rows (model/distill.py) mixed into every batch at ``distill_share``; None: off
+    distill_dir: Path | None = None
+    distill_share: float = 0.5  # half teacher rows, half the corpus (keeps next edit and multi-line)
 
 
 def bf16_supported(device: str) -> bool:
@@ -193,6 +198,12 @@ def _batch(store: RowStore, idx: np.ndarray, device: str, tok: Tokenizer):
     ids = torch.from_numpy(rows.astype(np.int64)).to(device)
     m = torch.from_numpy(meta).to(device)
     return ids, m[:, 0].long(), m[:, 1].long(), torch.tensor(pos, device=device), draft.to(device)
+
+
+def _mixed_batch(parts: list[tuple[RowStore, np.ndarray]], device: str, tok: Tokenizer):
+    """``_batch`` of rows drawn from several stores of one row length, concatenated in order."""
+    got = [_batch(store, idx, device, tok) for store, idx in parts if len(idx)]
+    return tuple(torch.cat(xs) for xs in zip(*got))
 
 
 def _lr(step: int, cfg: TrainConfig, elapsed_s: float = 0.0, opt_start: int = 0) -> float:
@@ -307,9 +318,17 @@ def train(cfg: TrainConfig) -> Path:
     # otherwise stall a GPU between steps
     prefetch = ThreadPoolExecutor(1)
 
+    distill = RowStore(Path(cfg.distill_dir)) if cfg.distill_dir is not None else None
+    if distill is not None and distill.L != data.L:
+        raise ValueError(f"distill rows are {distill.L} tokens long, the corpus's {data.L}")
+    n_distill = 0 if distill is None else int(round(cfg.distill_share * cfg.batch_size))
+
     def draw() -> tuple[int, Future]:
-        idx = np.sort(rng.integers(0, data.n, cfg.batch_size))
-        return int(data.meta[idx, 1].sum()), prefetch.submit(_batch, data, idx, cfg.device, tok)
+        parts = [(data, np.sort(rng.integers(0, data.n, cfg.batch_size - n_distill)))]
+        if n_distill:
+            parts.append((distill, np.sort(rng.integers(0, distill.n, n_distill))))
+        n_tok = sum(int(store.meta[idx, 1].sum()) for store, idx in parts)
+        return n_tok, prefetch.submit(_mixed_batch, parts, cfg.device, tok)
 
     t0, toks, last = time.time(), 0, time.time()
     upcoming = draw()

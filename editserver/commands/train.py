@@ -149,6 +149,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="torch.compile the model for training (about 20 s of compilation first; 1.08x per step "
         "on a 2-core AVX2 CPU, README)",
     )
+    p.add_argument(
+        "--distill",
+        type=int,
+        default=0,
+        metavar="N",
+        help="self-distillation for parallel decoding (model/distill.py): the teacher answers N FIM "
+        "contexts of the corpus one token per step, once, into RUN/distill, and those rows make "
+        "--distill-share of every batch (default 0: off)",
+    )
+    p.add_argument(
+        "--distill-share",
+        type=float,
+        default=0.5,
+        help="with --distill: the share of each batch taken from the teacher's rows (default 0.5)",
+    )
+    p.add_argument(
+        "--teacher",
+        type=Path,
+        default=None,
+        help="with --distill: the checkpoint that answers (default: the shipped default model)",
+    )
     p.set_defaults(func=run)
 
 
@@ -175,6 +196,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not 0.0 < args.decay_frac <= 1.0:
         print(f"--decay-frac must be in (0, 1], got {args.decay_frac}")
+        return 2
+    if args.distill < 0 or not 0.0 < args.distill_share <= 1.0:
+        print(
+            f"--distill must be >= 0 and --distill-share in (0, 1], got {args.distill}, {args.distill_share}"
+        )
         return 2
     if args.workers < 1:
         print(f"--workers must be at least 1, got {args.workers}")
@@ -232,6 +258,11 @@ def run(args: argparse.Namespace) -> int:
             code_files=code_files,
             workers=args.workers,
         )
+    distill_dir = None
+    if args.distill:
+        distill_dir = args.run / "distill"
+        if not (distill_dir / "info.json").exists():
+            build_teacher_rows(args, data, distill_dir)
     cfg = TrainConfig(
         run_dir=args.run,
         data_dir=data,
@@ -252,7 +283,36 @@ def run(args: argparse.Namespace) -> int:
         time_budget_s=None if args.time_budget is None else args.time_budget * 60.0,
         decay_frac=args.decay_frac,
         optimizer=args.optimizer,
+        distill_dir=distill_dir,
+        distill_share=args.distill_share,
     )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")
     return 0
+
+
+def build_teacher_rows(args: argparse.Namespace, data: Path, out: Path) -> None:
+    """The teacher's one-token-per-step answers to ``--distill`` FIM contexts of the corpus."""
+    import torch
+
+    from model.api import Engine
+    from model.data import RowStore
+    from model.distill import build_distill_store
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    engine = Engine.load(args.teacher, device=args.device)
+    corpus = RowStore(data / "train")
+    from model.tokenizer import Tokenizer
+
+    own = Tokenizer.load(data / "tokenizer.json")
+    if (own.vocab_size, own.special_ids) != (engine.tok.vocab_size, engine.tok.special_ids):
+        raise SystemExit(f"the teacher's tokenizer is not the one {data} was built with")
+    print(f"teacher {args.teacher or 'default'} answers {args.distill} FIM contexts -> {out}", flush=True)
+
+    def progress(n: int) -> None:
+        if n % 1000 == 0:
+            print(f"  {n} teacher rows", flush=True)
+
+    store = build_distill_store(engine, corpus, out, args.distill, progress=progress)
+    print(f"{store.n} teacher rows written", flush=True)

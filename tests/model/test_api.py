@@ -249,7 +249,7 @@ def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
     eng = Engine.load(tiny_checkpoint)
     eng.inference.window_tokens = 40
     prefix, suffix = "".join(f"x{i} = {i}\n" for i in range(200)), "y = 1\n" * 50
-    ctx = eng._fim_context(FimRequest(prefix, suffix), canvas=8)
+    ctx = eng.fim_context(FimRequest(prefix, suffix), canvas=8)
     t = eng.tok
     assert len(ctx) <= 40 - 8 and ctx[0] == t.fim_prefix_id and ctx[-1] == t.fim_middle_id
     pre = ctx[1 : ctx.index(t.fim_suffix_id)]

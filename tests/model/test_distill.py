@@ -1,0 +1,146 @@
+"""Self-distillation (model/distill.py): teacher rows are exactly the engine's one-token-per-step
+answers in the training layout, and training takes its batches' share from them."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from model.api import Engine, FimRequest, SamplingOptions
+from model.data import Row, RowBuilder, RowStore
+from model.diffusion import diffusion_loss
+from model.distill import TEACHER_CANVASES, build_distill_store, fim_texts
+from model.train import TrainConfig, _batch, _mixed_batch, train
+from tests.conftest import CORPUS
+
+
+def _corpus(tok, directory, n: int = 24, plain: int = 4) -> RowStore:
+    """FIM rows of the test corpus, with a few plain rows the teacher must skip."""
+    b = RowBuilder(tok, 256, random.Random(0))
+    rows = [r for r in (b.fim("".join(CORPUS[i : i + 6])) for i in range(200)) if r][:n]
+    rows += [b.plain(tok.encode(CORPUS[i])) for i in range(plain)]
+    RowStore.write(directory, iter(rows), len(rows), 256, tok.eot_id)
+    return RowStore(directory)
+
+
+@pytest.fixture(scope="module")
+def shipped_engine(shipped_checkpoint) -> Engine:
+    return Engine.load(shipped_checkpoint)
+
+
+def test_teacher_rows_are_the_sequential_answers(shipped_engine, tmp_path) -> None:
+    eng, tok = shipped_engine, shipped_engine.tok
+    corpus = _corpus(tok, tmp_path / "corpus")
+    store = build_distill_store(eng, corpus, tmp_path / "distill", n_examples=8, seed=3)
+    # the same contexts, asked one by one as the LSP asks for one line, in one-token-per-step mode
+    pairs = fim_texts(corpus, tok.fim_prefix_id, tok.fim_suffix_id, tok.decode, random.Random(3))
+    want = []
+    for prefix, suffix in list(pairs)[:8]:
+        assert tok.fim_prefix_id not in tok.encode(prefix)  # plain rows are never asked
+        opts = SamplingOptions(sequential=True, stop=["\n"])
+        c = eng.complete(FimRequest(prefix, suffix, max_tokens=max(TEACHER_CANVASES), options=opts))
+        if c.finish_reason != "stop":
+            continue
+        answer = tok.encode(c.text + (c.stop_sequence or ""))
+        for n in TEACHER_CANVASES:
+            if len(answer) < n:  # the answer and at least one end-of-text fit the canvas
+                ctx = eng.fim_context(FimRequest(prefix, suffix), n)
+                want.append((ctx + answer + [tok.eot_id] * (n - len(answer)), len(ctx)))
+    got = [(store.ids[i, : store.meta[i, 1]].tolist(), int(store.meta[i, 0])) for i in range(store.n)]
+    assert got == want and len(got) >= 8  # most answers fit both canvases: two rows each
+    for ids, c in got:  # a one-line answer: at most one newline, at its end
+        text = tok.decode([t for t in ids[c:] if t != tok.eot_id])
+        assert "\n" not in text[:-1]
+
+
+def test_a_corpus_without_fim_rows_is_an_error(shipped_engine, tmp_path) -> None:
+    corpus = _corpus(shipped_engine.tok, tmp_path / "corpus", n=0, plain=4)
+    with pytest.raises(ValueError, match="no FIM rows"):
+        build_distill_store(shipped_engine, corpus, tmp_path / "distill", n_examples=4)
+
+
+def _tiny_run(tmp_path, tok, distill_rows: list, share: float) -> TrainConfig:
+    b = RowBuilder(tok, 256, random.Random(0))
+    rows = [r for r in (b.fim("".join(CORPUS[i : i + 6])) for i in range(100)) if r][:24]
+    RowStore.write(tmp_path / "data" / "train", iter(rows), len(rows), 256, tok.eot_id)
+    tok.save(tmp_path / "data" / "tokenizer.json")
+    RowStore.write(tmp_path / "distill", iter(distill_rows), len(distill_rows), 256, tok.eot_id)
+    return TrainConfig(
+        run_dir=tmp_path / "run",
+        data_dir=tmp_path / "data",
+        preset="tiny",
+        steps=40,
+        batch_size=8,
+        lr=3e-3,
+        eval_every=40,
+        warmup=2,
+        distill_dir=tmp_path / "distill",
+        distill_share=share,
+    )
+
+
+def test_training_learns_the_teacher_rows(tmp_path) -> None:
+    from model.checkpoint import load_checkpoint
+    from model.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    ctx = [tok.fim_prefix_id, *tok.encode("x = "), tok.fim_suffix_id, tok.fim_middle_id]
+    answer = tok.encode("add(a, b)\n")
+    rows = [Row(ctx + answer + [tok.eot_id] * 6, len(ctx))] * 4
+    cfg = _tiny_run(tmp_path, tok, rows, share=0.5)
+    store = RowStore(tmp_path / "distill")
+
+    def loss_of(model) -> float:
+        ids, c, lens, pos, draft = _batch(store, np.arange(store.n), "cpu", tok)
+        with torch.no_grad():
+            loss, _ = diffusion_loss(model, ids, c, lens, tok.mask_id, torch.Generator().manual_seed(0), pos)
+        return float(loss)
+
+    from model.config import PRESETS, ModelConfig
+    from model.transformer import Transformer
+
+    torch.manual_seed(0)
+    before = loss_of(
+        Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": tok.vocab_size}))
+    )
+    after = loss_of(load_checkpoint(train(cfg)).model)
+    assert after < 0.5 * before  # half of every batch was this one answer
+
+
+def test_mixed_batches_take_their_share_from_each_store(tmp_path) -> None:
+    from model.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    ctx = [tok.fim_prefix_id, tok.fim_suffix_id, tok.fim_middle_id]
+    rows = [Row(ctx + [7, tok.eot_id], 3)] * 2
+    _tiny_run(tmp_path, tok, rows, share=0.5)
+    data, distill = RowStore(tmp_path / "data" / "train"), RowStore(tmp_path / "distill")
+    ids, c, lens, _, _ = _mixed_batch([(data, np.arange(3)), (distill, np.arange(2))], "cpu", tok)
+    assert ids.shape == (5, 256) and c.tolist()[3:] == [3, 3] and lens.tolist()[3:] == [5, 5]
+    assert torch.equal(ids[:3], torch.from_numpy(data.ids[:3].astype(np.int64)))
+
+
+def test_distill_rows_of_another_length_are_an_error(tmp_path) -> None:
+    from model.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    cfg = _tiny_run(tmp_path, tok, [Row([1, 2, 3], 1)], share=0.5)
+    RowStore.write(tmp_path / "distill", iter([Row([1, 2], 1)]), 1, 128, 0)
+    with pytest.raises(ValueError, match="128 tokens long"):
+        train(cfg)
+
+
+def test_train_cli_rejects_a_bad_distill_share(tmp_path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "editserver.cli", "train", "--run", str(tmp_path / "r"), "--distill", "10"]
+        + ["--distill-share", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 2 and "--distill-share" in r.stdout
