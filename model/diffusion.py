@@ -29,6 +29,10 @@ Design decisions:
   Masked Diffusion Models on Text") find far more sample-efficient than learning every order.
   Off by default (``TrainConfig.ordered_share`` 0): continuing the shipped CPU model with a share
   of 0.5 made both held-out losses worse, the block-ordered one included (README, session 7).
+- *Certainty forcing* (``certainty`` > 0, self-distillation rows only, model/distill.py): plus
+  ``certainty`` times the mean entropy of the masked positions whose argmax is already the target
+  (dParallel, Chen et al. 2025): CE alone makes the right token the most likely; the entropy
+  term makes it likely enough to clear the parallel sampler's threshold.
 - Randomness is drawn from the explicit CPU ``torch.Generator`` and moved to the rows' device, so
   a run masks the same positions on CPU and CUDA and resumes from one saved generator state.
 """
@@ -100,6 +104,8 @@ def diffusion_loss(
     canvas_pos: torch.Tensor | None = None,  # [B] rotary position of each canvas start (transformer.py)
     draft: torch.Tensor | None = None,  # [B, L] draft token per position, -1 = none (transformer.py)
     ordered_share: float = 0.0,
+    certain_rows: torch.Tensor | None = None,  # [B] bool: rows whose answers take the certainty term
+    certainty: float = 0.0,
 ) -> tuple[torch.Tensor, dict]:
     noisy, masked, t, weight = mask_batch(ids, context_lens, seq_lens, mask_id, generator, ordered_share)
     # only positions that carry loss are projected (an ordered row's tail is masked but not scored)
@@ -115,6 +121,17 @@ def diffusion_loss(
         canvas_pos=canvas_pos,
         draft=draft,
     )  # [N, V]
-    ce = F.cross_entropy(logits.float(), ids[rows, cols], reduction="none")  # [N]
+    logits = logits.float()
+    ce = F.cross_entropy(logits, ids[rows, cols], reduction="none")  # [N]
     loss = (ce * weight[rows, cols]).sum() / ids.shape[0]
-    return loss, {"masked": int(rows.numel()), "ce": float(ce.detach().mean())}
+    stats = {"masked": int(rows.numel()), "ce": float(ce.detach().mean())}
+    if certainty and certain_rows is not None:
+        # certainty forcing (dParallel, Chen et al. 2025): the entropy of the positions the model
+        # already gets right, so that what it would commit anyway clears the unmasking threshold
+        logp = logits.log_softmax(-1)  # [N, V]
+        right = (logits.argmax(-1) == ids[rows, cols]) & certain_rows[rows]  # [N]
+        if bool(right.any()):
+            ent = -(logp[right].exp() * logp[right]).sum(-1)  # [n]
+            loss = loss + certainty * ent.mean()
+            stats["entropy"] = float(ent.detach().mean())
+    return loss, stats

@@ -90,6 +90,7 @@ class TrainConfig:
     # self-distillation rows (model/distill.py) mixed into every batch at ``distill_share``; None: off
     distill_dir: Path | None = None
     distill_share: float = 0.5  # half teacher rows, half the corpus (keeps next edit and multi-line)
+    certainty: float = 0.0  # weight of the certainty-forcing entropy term on teacher rows (diffusion.py)
 
 
 def bf16_supported(device: str) -> bool:
@@ -322,6 +323,7 @@ def train(cfg: TrainConfig) -> Path:
     if distill is not None and distill.L != data.L:
         raise ValueError(f"distill rows are {distill.L} tokens long, the corpus's {data.L}")
     n_distill = 0 if distill is None else int(round(cfg.distill_share * cfg.batch_size))
+    teacher_rows = torch.arange(cfg.batch_size, device=cfg.device) >= cfg.batch_size - n_distill  # [B]
 
     def draw() -> tuple[int, Future]:
         parts = [(data, np.sort(rng.integers(0, data.n, cfg.batch_size - n_distill)))]
@@ -341,7 +343,17 @@ def train(cfg: TrainConfig) -> Path:
             g["lr"] = lr
         with autocast(cfg.device, cfg.precision):
             loss, stats = diffusion_loss(
-                model, ids, ctx, lens, tok.mask_id, gen, pos, draft, cfg.ordered_share
+                model,
+                ids,
+                ctx,
+                lens,
+                tok.mask_id,
+                gen,
+                pos,
+                draft,
+                cfg.ordered_share,
+                certain_rows=teacher_rows,
+                certainty=cfg.certainty,
             )
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -353,6 +365,8 @@ def train(cfg: TrainConfig) -> Path:
         elapsed, last = elapsed + (now - last), now
         if step % 25 == 0:
             rec = {"step": step, "loss": round(float(loss.detach()), 4), "ce": round(stats["ce"], 4)}
+            if "entropy" in stats:
+                rec["entropy"] = round(stats["entropy"], 4)
             rec.update(gnorm=round(float(gnorm), 3), lr=lr, tok_s=round(toks / (now - t0), 1))
             _log(log, {**rec, "elapsed_s": round(elapsed, 1)})
             t0, toks = time.time(), 0

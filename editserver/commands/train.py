@@ -165,6 +165,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --distill: the share of each batch taken from the teacher's rows (default 0.5)",
     )
     p.add_argument(
+        "--certainty",
+        type=float,
+        default=0.0,
+        help="with --distill: weight of the certainty-forcing term, the entropy of the teacher rows' "
+        "positions the model already predicts right (model/diffusion.py; default 0: off)",
+    )
+    p.add_argument(
         "--teacher",
         type=Path,
         default=None,
@@ -285,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
         optimizer=args.optimizer,
         distill_dir=distill_dir,
         distill_share=args.distill_share,
+        certainty=args.certainty,
     )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")

@@ -144,3 +144,26 @@ def test_train_cli_rejects_a_bad_distill_share(tmp_path) -> None:
         timeout=300,
     )
     assert r.returncode == 2 and "--distill-share" in r.stdout
+
+
+def test_certainty_term_is_the_entropy_of_right_predictions_on_teacher_rows() -> None:
+    from model.config import PRESETS, ModelConfig
+    from model.transformer import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 50}))
+    ids = torch.randint(3, 50, (4, 24))  # [B, L]
+    ctx, lens = torch.full((4,), 4), torch.full((4,), 24)
+    model.embed.weight.data[ids[0, 4:]] *= 30  # some predictions right, so the term is not empty
+
+    def run(rows, certainty):
+        g = torch.Generator().manual_seed(5)
+        return diffusion_loss(model, ids, ctx, lens, 1, g, certain_rows=rows, certainty=certainty)
+
+    base, _ = run(None, 0.0)
+    none, stats_none = run(torch.zeros(4, dtype=torch.bool), 2.0)
+    some, stats = run(torch.tensor([True, True, False, False]), 2.0)
+    assert torch.allclose(none, base) and "entropy" not in stats_none
+    assert stats["entropy"] > 0 and torch.allclose(some, base + 2.0 * stats["entropy"], atol=1e-5)
+    some.backward()  # it trains: the term has a gradient
+    assert model.embed.weight.grad is not None
