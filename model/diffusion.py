@@ -128,10 +128,10 @@ def diffusion_loss(
     if certainty and certain_rows is not None:
         # certainty forcing (dParallel, Chen et al. 2025): the entropy of the positions the model
         # already gets right, so that what it would commit anyway clears the unmasking threshold
-        logp = logits.log_softmax(-1)  # [N, V]
         right = (logits.argmax(-1) == ids[rows, cols]) & certain_rows[rows]  # [N]
         if bool(right.any()):
-            ent = -(logp[right].exp() * logp[right]).sum(-1)  # [n]
+            logp = logits[right].log_softmax(-1)  # [n, V]
+            ent = -(logp.exp() * logp).sum(-1)  # [n]
             loss = loss + certainty * ent.mean()
             stats["entropy"] = float(ent.detach().mean())
     return loss, stats

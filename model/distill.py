@@ -30,27 +30,29 @@ Design decisions:
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 from pathlib import Path
 
 from model.api import Engine, FimRequest, SamplingOptions
 from model.data import Row, RowStore
+from model.tokenizer import Tokenizer
 
 TEACHER_CANVASES = (32, 24)  # the LSP's single-line canvas and the shipped ``line_canvases``
 
 
-def fim_texts(store: RowStore, fim_prefix_id: int, fim_suffix_id: int, decode, rng: random.Random):
+def fim_texts(store: RowStore, tok: Tokenizer, rng: random.Random) -> Iterator[tuple[str, str]]:
     """(prefix, suffix) texts of the store's FIM rows, in random order (one pass over the store)."""
     order = list(range(store.n))
     rng.shuffle(order)
     for i in order:
         c = int(store.meta[i, 0])
         ctx = store.ids[i, :c].tolist()
-        if not ctx or ctx[0] != fim_prefix_id or fim_suffix_id not in ctx:
+        if not ctx or ctx[0] != tok.fim_prefix_id or tok.fim_suffix_id not in ctx:
             continue
-        s = ctx.index(fim_suffix_id)
-        yield decode(ctx[1:s]), decode(ctx[s + 1 : c - 1])  # drop the closing <|fim_middle|>
+        s = ctx.index(tok.fim_suffix_id)
+        yield tok.decode(ctx[1:s]), tok.decode(ctx[s + 1 : c - 1])  # drop the closing <|fim_middle|>
 
 
 def teacher_rows(
@@ -67,10 +69,10 @@ def teacher_rows(
     opts = SamplingOptions(sequential=True, stop=["\n"])
     done = 0
     while done < n_examples:
-        batch = [FimRequest(p, s, max_tokens=canvas, options=opts) for p, s in _take(pairs, batch_size)]
+        take = itertools.islice(pairs, min(batch_size, n_examples - done))
+        batch = [FimRequest(p, s, max_tokens=canvas, options=opts) for p, s in take]
         if not batch:
             return
-        batch = batch[: n_examples - done]
         done += len(batch)
         for req, c in zip(batch, engine.complete_batch(batch)):
             if c.finish_reason != "stop":
@@ -85,15 +87,6 @@ def teacher_rows(
                     yield Row(ids, len(ctx))
 
 
-def _take(it: Iterator, k: int) -> list:
-    out = []
-    for x in it:
-        out.append(x)
-        if len(out) == k:
-            break
-    return out
-
-
 def build_distill_store(
     engine: Engine,
     corpus: RowStore,
@@ -105,7 +98,7 @@ def build_distill_store(
 ) -> RowStore:
     """Write the teacher's rows for ``n_examples`` FIM contexts of ``corpus`` to ``out_dir``."""
     tok = engine.tok
-    pairs = fim_texts(corpus, tok.fim_prefix_id, tok.fim_suffix_id, tok.decode, random.Random(seed))
+    pairs = fim_texts(corpus, tok, random.Random(seed))
     rows = []
     for r in teacher_rows(engine, pairs, n_examples, canvases, max_len=corpus.L):
         rows.append(r)

@@ -323,7 +323,8 @@ def train(cfg: TrainConfig) -> Path:
     if distill is not None and distill.L != data.L:
         raise ValueError(f"distill rows are {distill.L} tokens long, the corpus's {data.L}")
     n_distill = 0 if distill is None else int(round(cfg.distill_share * cfg.batch_size))
-    teacher_rows = torch.arange(cfg.batch_size, device=cfg.device) >= cfg.batch_size - n_distill  # [B]
+    # _mixed_batch puts the teacher rows last; they alone take the certainty term
+    certain_rows = torch.arange(cfg.batch_size, device=cfg.device) >= cfg.batch_size - n_distill  # [B]
 
     def draw() -> tuple[int, Future]:
         parts = [(data, np.sort(rng.integers(0, data.n, cfg.batch_size - n_distill)))]
@@ -352,7 +353,7 @@ def train(cfg: TrainConfig) -> Path:
                 pos,
                 draft,
                 cfg.ordered_share,
-                certain_rows=teacher_rows,
+                certain_rows=certain_rows,
                 certainty=cfg.certainty,
             )
         opt.zero_grad(set_to_none=True)

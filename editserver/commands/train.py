@@ -306,13 +306,12 @@ def build_teacher_rows(args: argparse.Namespace, data: Path, out: Path) -> None:
     from model.api import Engine
     from model.data import RowStore
     from model.distill import build_distill_store
+    from model.tokenizer import Tokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)
     engine = Engine.load(args.teacher, device=args.device)
     corpus = RowStore(data / "train")
-    from model.tokenizer import Tokenizer
-
     own = Tokenizer.load(data / "tokenizer.json")
     if (own.vocab_size, own.special_ids) != (engine.tok.vocab_size, engine.tok.special_ids):
         raise SystemExit(f"the teacher's tokenizer is not the one {data} was built with")

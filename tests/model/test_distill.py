@@ -38,7 +38,7 @@ def test_teacher_rows_are_the_sequential_answers(shipped_engine, tmp_path) -> No
     corpus = _corpus(tok, tmp_path / "corpus")
     store = build_distill_store(eng, corpus, tmp_path / "distill", n_examples=8, seed=3)
     # the same contexts, asked one by one as the LSP asks for one line, in one-token-per-step mode
-    pairs = fim_texts(corpus, tok.fim_prefix_id, tok.fim_suffix_id, tok.decode, random.Random(3))
+    pairs = fim_texts(corpus, tok, random.Random(3))
     want = []
     for prefix, suffix in list(pairs)[:8]:
         assert tok.fim_prefix_id not in tok.encode(prefix)  # plain rows are never asked
