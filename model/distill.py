@@ -94,13 +94,14 @@ def build_distill_store(
     n_examples: int,
     seed: int = 0,
     canvases: tuple[int, ...] = TEACHER_CANVASES,
+    batch_size: int = 32,
     progress=None,
 ) -> RowStore:
     """Write the teacher's rows for ``n_examples`` FIM contexts of ``corpus`` to ``out_dir``."""
     tok = engine.tok
     pairs = fim_texts(corpus, tok, random.Random(seed))
     rows = []
-    for r in teacher_rows(engine, pairs, n_examples, canvases, max_len=corpus.L):
+    for r in teacher_rows(engine, pairs, n_examples, canvases, batch_size, corpus.L):
         rows.append(r)
         if progress is not None:
             progress(len(rows))

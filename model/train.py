@@ -374,7 +374,9 @@ def train(cfg: TrainConfig) -> Path:
         if step % cfg.eval_every == 0 or step == cfg.steps or out_of_time():
             rec = {"step": step, "event": "eval", "elapsed_s": round(elapsed, 1)}
             if val is not None:
-                rec.update(evaluate(model, val, tok, cfg.device, precision=cfg.precision))
+                # eager: inductor (torch 2.11, CUDA) fails to lower the validation batches' bool mask
+                with torch.compiler.set_stance("force_eager"):
+                    rec.update(evaluate(model, val, tok, cfg.device, precision=cfg.precision))
             _log(log, rec)
             state = {
                 "model": model.state_dict(),

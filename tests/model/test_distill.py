@@ -36,7 +36,8 @@ def shipped_engine(shipped_checkpoint) -> Engine:
 def test_teacher_rows_are_the_sequential_answers(shipped_engine, tmp_path) -> None:
     eng, tok = shipped_engine, shipped_engine.tok
     corpus = _corpus(tok, tmp_path / "corpus")
-    store = build_distill_store(eng, corpus, tmp_path / "distill", n_examples=8, seed=3)
+    # batches of 3: two full ones and a partial one, each decoded together
+    store = build_distill_store(eng, corpus, tmp_path / "distill", n_examples=8, seed=3, batch_size=3)
     # the same contexts, asked one by one as the LSP asks for one line, in one-token-per-step mode
     pairs = fim_texts(corpus, tok, random.Random(3))
     want = []
@@ -135,15 +136,16 @@ def test_distill_rows_of_another_length_are_an_error(tmp_path) -> None:
         train(cfg)
 
 
-def test_train_cli_rejects_a_bad_distill_share(tmp_path) -> None:
+@pytest.mark.parametrize("bad", [["--distill-share", "0"], ["--distill-batch", "0"]])
+def test_train_cli_rejects_bad_distill_options(tmp_path, bad: list[str]) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "editserver.cli", "train", "--run", str(tmp_path / "r"), "--distill", "10"]
-        + ["--distill-share", "0"],
+        + bad,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert r.returncode == 2 and "--distill-share" in r.stdout
+    assert r.returncode == 2 and bad[0] in r.stdout and not (tmp_path / "r").exists()
 
 
 def test_certainty_term_is_the_entropy_of_right_predictions_on_teacher_rows() -> None:
