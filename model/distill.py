@@ -40,6 +40,7 @@ from model.data import Row, RowStore
 from model.tokenizer import Tokenizer
 
 TEACHER_CANVASES = (32, 24)  # the LSP's single-line canvas and the shipped ``line_canvases``
+TEACHER_BATCH = 32  # contexts decoded at once: fills 2 CPU cores; a GPU takes hundreds
 
 
 def fim_texts(store: RowStore, tok: Tokenizer, rng: random.Random) -> Iterator[tuple[str, str]]:
@@ -60,7 +61,7 @@ def teacher_rows(
     pairs: Iterator[tuple[str, str]],
     n_examples: int,
     canvases: tuple[int, ...] = TEACHER_CANVASES,
-    batch_size: int = 32,
+    batch_size: int = TEACHER_BATCH,
     max_len: int | None = None,
 ) -> Iterator[Row]:
     """Rows ``fim context + teacher answer + end-of-text`` for ``n_examples`` contexts; ``max_len``
@@ -94,7 +95,7 @@ def build_distill_store(
     n_examples: int,
     seed: int = 0,
     canvases: tuple[int, ...] = TEACHER_CANVASES,
-    batch_size: int = 32,
+    batch_size: int = TEACHER_BATCH,
     progress=None,
 ) -> RowStore:
     """Write the teacher's rows for ``n_examples`` FIM contexts of ``corpus`` to ``out_dir``."""

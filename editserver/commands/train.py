@@ -180,9 +180,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--distill-batch",
         type=int,
-        default=32,
-        help="with --distill: contexts the teacher decodes at once (default 32, for a CPU; a GPU "
-        "takes hundreds)",
+        default=None,
+        help="with --distill: contexts the teacher decodes at once (default: model.distill's "
+        "TEACHER_BATCH, sized for a CPU; a GPU takes hundreds)",
     )
     p.set_defaults(func=run)
 
@@ -211,7 +211,11 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 < args.decay_frac <= 1.0:
         print(f"--decay-frac must be in (0, 1], got {args.decay_frac}")
         return 2
-    if args.distill < 0 or not 0.0 < args.distill_share <= 1.0 or args.distill_batch < 1:
+    if (
+        args.distill < 0
+        or not 0.0 < args.distill_share <= 1.0
+        or (args.distill_batch is not None and args.distill_batch < 1)
+    ):
         print(
             "--distill must be >= 0, --distill-share in (0, 1] and --distill-batch >= 1, got "
             f"{args.distill}, {args.distill_share}, {args.distill_batch}"
@@ -329,7 +333,6 @@ def build_teacher_rows(args: argparse.Namespace, data: Path, out: Path) -> None:
         if n % 1000 == 0:
             print(f"  {n} teacher rows", flush=True)
 
-    store = build_distill_store(
-        engine, corpus, out, args.distill, batch_size=args.distill_batch, progress=progress
-    )
+    batch = {} if args.distill_batch is None else {"batch_size": args.distill_batch}
+    store = build_distill_store(engine, corpus, out, args.distill, progress=progress, **batch)
     print(f"{store.n} teacher rows written", flush=True)
