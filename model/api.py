@@ -30,7 +30,9 @@ Design decisions:
   model finds likeliest wins: the highest sum of log-confidences over what the score aggregates
   (the answer's tokens and its end). Training pads each answer with 1-49 end-of-text tokens, so the
   canvas length is a length prior, and the best length differs per line (README, session 14). Each
-  row keeps its own canvas, so the extra rows do not change the request's own row (sampler.py).
+  row keeps its own canvas, so the extra rows do not change the request's own row (sampler.py). A
+  row ends as soon as another row of its request has finished with a likelihood its committed start
+  already falls below (``outscored``): it could not win, so that saves steps and changes no answer.
 - Edit completions carry a score (aggregate of the per-token confidences, model/scoring.py) and
   whether it clears the checkpoint's selectivity threshold; an answer equal to the region, or one
   that moves only its layout (model/scoring.py ``layout_only``), is reported as ``unchanged``.
@@ -213,11 +215,13 @@ class Engine:
                     if n < own:
                         groups[i].append(len(rows))
                         rows.append(dataclasses.replace(r, max_tokens=n))
-        outs = self._decode(rows)
+        outs = self._decode(rows, groups)
         # max keeps the first of equals: a tie goes to the request's own canvas
         return [max((outs[j] for j in g), key=line_likelihood) for g in groups]
 
-    def _decode(self, reqs: list[FimRequest | EditRequest]) -> list[Completion]:
+    def _decode(
+        self, reqs: list[FimRequest | EditRequest], groups: list[list[int]] | None = None
+    ) -> list[Completion]:
         if not reqs:
             return []
         t0 = time.perf_counter()
@@ -281,7 +285,7 @@ class Engine:
             record=o.record_canvases,
             on_step=on_step,
             should_stop=(o.cancel.is_set if o.cancel is not None else None),
-            done=self._stop_hook([r.options.stop for r in reqs]),
+            done=self._done_hook([r.options.stop for r in reqs], groups or []),
             canvas_pos=None if canvas_pos is None else canvas_pos.to(self.device),
             draft=draft,
             canvas_lens=torch.tensor(canvas_lens, device=self.device),
@@ -360,14 +364,28 @@ class Engine:
         scored[:, [mask, *self._suppressed()]] = float("-inf")
         return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
 
+    def _done_hook(self, stops: list[list[str]], groups: list[list[int]]):
+        """``done`` for the sampler: rows whose committed answer start already holds a stop string,
+        then rows of a length ensemble that can no longer win (``outscored``)."""
+        stop = self._stop_hook(stops)
+        groups = [g for g in groups if len(g) > 1]
+        if not groups:
+            return stop
+
+        def done(canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
+            ended = stop(canvas, fixed, conf) if stop is not None else torch.zeros_like(fixed[:, 0])
+            return ended | outscored(canvas, fixed, conf, ended, groups, self.tok.eot_id)
+
+        return done
+
     def _stop_hook(self, stops: list[list[str]]):
-        """``done`` for the sampler: rows whose committed answer start already holds a stop string."""
+        """Rows whose committed answer start already holds a stop string."""
         stops = [[x for x in row if x] for row in stops]
         if not any(stops):
             return None
         eot = self.tok.eot_id
 
-        def done(canvas: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:  # [B, N] x2 -> [B]
+        def done(canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:  # [B]
             B, N = canvas.shape
             open_ = ~fixed  # [B, N]
             first_open = torch.where(open_.any(dim=1), open_.int().argmax(dim=1), N)  # [B]
@@ -405,3 +423,41 @@ def line_likelihood(c: Completion) -> float:
     """log P(answer, its end) under the model, as committed: sum of log-confidences (an empty answer
     is scored by its end alone), so a longer answer must earn each extra token."""
     return sum(math.log(max(x, 1e-9)) for x in c.scored_confidences)
+
+
+def outscored(
+    canvas: torch.Tensor,  # [B, N]
+    fixed: torch.Tensor,  # [B, N]
+    conf: torch.Tensor,  # [B, N] committed tokens' probabilities (1 where filled)
+    ended: torch.Tensor,  # [B] rows ending this step anyway (a stop sequence)
+    groups: list[list[int]],  # the rows of each request's length ensemble
+    eot_id: int,
+) -> torch.Tensor:
+    """[B] bool: undecided rows that can no longer win their request's ``line_likelihood`` vote.
+
+    A row's final score is the sum of log-confidences over its answer and its end, and its answer
+    starts with the row's committed start (every position before the first undecided one, cut after
+    a committed end-of-text), so that start's sum bounds the final score from above: later tokens
+    only add log-probabilities <= 0. Once another row of the request has finished with a higher score
+    the row cannot be picked, and ending it changes no answer (rows decode independently, sampler.py)
+    but saves the steps it would still take. A finished row's score is exactly its start's sum
+    (``_scored``); the margin keeps float rounding from ending a row that would tie.
+    """
+    B, N = canvas.shape
+    pos = torch.arange(N, device=canvas.device)
+    open_ = ~fixed
+    first_open = torch.where(open_.any(dim=1), open_.int().argmax(dim=1), N)  # [B]
+    eot = fixed & (canvas == eot_id)
+    first_eot = torch.where(eot.any(dim=1), eot.int().argmax(dim=1), N)  # [B]
+    end = torch.minimum(first_open, first_eot + 1)  # [B] the committed start, its end-of-text included
+    logc = conf.double().clamp_min(1e-9).log().masked_fill(pos[None, :] >= end[:, None], 0.0)
+    bound = logc.sum(dim=1).tolist()  # [B]
+    finished = (ended | fixed.all(dim=1) | (first_eot < first_open)).tolist()  # [B]
+    out = torch.zeros(B, dtype=torch.bool, device=canvas.device)
+    for g in groups:
+        best = max((bound[i] for i in g if finished[i]), default=None)
+        if best is None:
+            continue
+        for i in g:
+            out[i] = not finished[i] and bound[i] < best - 1e-6
+    return out

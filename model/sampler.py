@@ -23,8 +23,9 @@ Alg. 2 with low-confidence remasking). Design decisions:
   reorders commits; committed tokens are still each position's own prediction.
 - Stop hook (``done``): a caller may end a row early, e.g. once the committed start of its answer
   holds a stop sequence (model/api.py). Such a row's undecided positions become end-of-text, exactly
-  as after a committed end-of-text, so one rule ends a row whichever way it finished. The sampler
-  knows nothing of text; the hook sees only tokens.
+  as after a committed end-of-text, so one rule ends a row whichever way it finished, or once it can
+  no longer beat another row of its request (model/api.py, ``outscored``). The sampler knows nothing
+  of text or requests; the hook sees only tokens and their confidences.
 - Draft hook (``draft``): a ``canvas_draft`` model gets, before every step, the region token each
   canvas position would copy, aligned on what each row has committed so far (model/draft.py).
 - Per-row canvases (``canvas_lens``): a batch decodes rows whose canvases differ in length (a short
@@ -218,15 +219,16 @@ def denoise(
     record: bool = False,
     on_step: Callable[[torch.Tensor], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    done: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    done: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     canvas_pos: torch.Tensor | None = None,  # [B] rotary position of the canvas start (see transformer)
     draft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     canvas_lens: torch.Tensor | None = None,  # [B] each row's canvas, at most canvas_len (default: all)
 ) -> SampleResult:
     """Decode ``canvas_len`` tokens after each row's context (``canvas_lens[b]`` for row b).
 
-    ``done(canvas [B, N], fixed [B, N]) -> [B] bool`` is asked after every step; rows it marks end
-    there (their undecided positions become end-of-text). ``draft(canvas [B, N], fixed [B, N]) ->
+    ``done(canvas [B, N], fixed [B, N], conf [B, N]) -> [B] bool`` is asked after every step
+    (``conf``: each committed token's probability, 1 at filled end-of-text); rows it marks end there
+    (their undecided positions become end-of-text). ``draft(canvas [B, N], fixed [B, N]) ->
     [B, N]`` gives a ``canvas_draft`` model its draft tokens (-1 = none) before every step (model/draft.py).
     """
     cache = cache or ContextCache()
@@ -271,7 +273,7 @@ def denoise(
             conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])
             fixed[:, blk] |= commit
             if done is not None:
-                ended = done(canvas, fixed) & ~fixed.all(dim=1)  # [B]
+                ended = done(canvas, fixed, conf_out) & ~fixed.all(dim=1)  # [B]
                 if bool(ended.any()):
                     fill = ended[:, None] & ~fixed  # [B, N]
                     canvas[fill], conf_out[fill] = eot_id, 1.0

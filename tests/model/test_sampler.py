@@ -109,7 +109,10 @@ def test_cancel_stops_decoding(model: Transformer) -> None:
 def test_done_hook_ends_a_row_early(model: Transformer) -> None:
     # end row 0 as soon as its first position is decided; row 1 decodes in full
     res = _run(
-        model, rule=TopKRule(1), record=True, done=lambda canvas, fixed: fixed[:, 0] & (torch.arange(2) == 0)
+        model,
+        rule=TopKRule(1),
+        record=True,
+        done=lambda canvas, fixed, conf: fixed[:, 0] & (torch.arange(2) == 0),
     )
     first = next(i for i, c in enumerate(res.canvases) if c[0, 0] != MASK)
     ended = res.canvases[first][0]
