@@ -7,7 +7,9 @@ Design decisions:
   one-token-per-step baseline over the same tasks, so the speedup and its quality cost are a ratio
   measured on one machine at one time.
 - Generated code is untrusted: each check runs in its own ``python`` subprocess with a timeout, in a
-  temporary directory, with a small pool so the benchmark stays bounded.
+  temporary directory, with a small pool so the benchmark stays bounded. The program also caps its
+  own CPU time (``RLIMIT_CPU``), so a looping answer dies even when the benchmark itself is killed
+  before its timeout can.
 - Single-line suites keep the first line of the infill (what the LSP shows for a mid-file cursor);
   ``--keep-lines`` turns that off. They also ask with ``stop: ["\\n"]``, as the LSP's single-line
   requests do, so decoding ends at the line's end and the latency and tokens per step are the ones
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import os
 import subprocess
 import sys
@@ -86,8 +89,10 @@ def first_line(text: str) -> str:
 
 
 def passes(task: dict, completion: str, timeout: float) -> bool:
+    cap = math.ceil(timeout) + 1  # CPU seconds; the wall-clock timeout below usually acts first
     program = (
-        task["prompt"]
+        f"import resource as _rl\n_rl.setrlimit(_rl.RLIMIT_CPU, ({cap}, {cap}))\n"
+        + task["prompt"]
         + completion
         + task["suffix"]
         + "\n"

@@ -25,6 +25,17 @@ def test_canonical_passes_and_wrong_fails() -> None:
     assert not passes(TASK, "    while True: pass\n", timeout=2)  # a hang is a failure, not a stall
 
 
+def test_the_checked_program_caps_its_own_cpu_time() -> None:
+    # the cap outlives the benchmark: a looping answer dies even if `bench fim` is killed first
+    limited = {
+        **TASK,
+        "test": TASK["test"]
+        + "    import resource\n    assert resource.getrlimit(resource.RLIMIT_CPU)[0] == 3\n",
+    }
+    assert passes(limited, TASK["canonical_solution"], timeout=2)
+    assert not passes(limited, TASK["canonical_solution"], timeout=5)
+
+
 def test_first_line_and_percentile() -> None:
     assert first_line("\n    return x\n    y = 2\n") == "    return x\n"
     assert first_line("x") == "x"
