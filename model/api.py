@@ -64,7 +64,7 @@ from model.prompt import (
     fit_prompt,
     parse_prompt,
 )
-from model.sampler import ThresholdRule, TopKRule, UnmaskRule, denoise
+from model.sampler import ThresholdRule, TopKRule, UnmaskRule, denoise, first_true
 from model.scoring import aggregate, layout_only
 from model.transformer import ContextTooLongError
 
@@ -386,9 +386,8 @@ class Engine:
         eot = self.tok.eot_id
 
         def done(canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:  # [B]
-            B, N = canvas.shape
-            open_ = ~fixed  # [B, N]
-            first_open = torch.where(open_.any(dim=1), open_.int().argmax(dim=1), N)  # [B]
+            B = canvas.shape[0]
+            first_open = first_true(~fixed)  # [B]
             out = torch.zeros(B, dtype=torch.bool, device=canvas.device)
             for b, row in enumerate(stops):
                 toks = canvas[b, : int(first_open[b])].tolist()
@@ -445,10 +444,8 @@ def outscored(
     """
     B, N = canvas.shape
     pos = torch.arange(N, device=canvas.device)
-    open_ = ~fixed
-    first_open = torch.where(open_.any(dim=1), open_.int().argmax(dim=1), N)  # [B]
-    eot = fixed & (canvas == eot_id)
-    first_eot = torch.where(eot.any(dim=1), eot.int().argmax(dim=1), N)  # [B]
+    first_open = first_true(~fixed)  # [B]
+    first_eot = first_true(fixed & (canvas == eot_id))  # [B]
     end = torch.minimum(first_open, first_eot + 1)  # [B] the committed start, its end-of-text included
     logc = conf.double().clamp_min(1e-9).log().masked_fill(pos[None, :] >= end[:, None], 0.0)
     bound = logc.sum(dim=1).tolist()  # [B]

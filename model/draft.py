@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from model.prompt import CURSOR, EDIT_CLOSE, EDIT_OPEN, HIST_CLOSE, HIST_OPEN, strip_one_newline
+from model.sampler import first_true
 
 _WORD = re.compile(r"\w+")
 # reserved words of the languages the LSP serves are never names, so never half of a rename
@@ -134,8 +135,7 @@ def step_drafts(regions: Sequence[Sequence[int] | None], eot_id: int) -> Callabl
     def draft(canvas: Tensor, fixed: Tensor) -> Tensor:  # [B, N] x2 -> [B, N]
         B, N = canvas.shape
         out = torch.full((B, N), -1, dtype=torch.long)
-        undecided = ~fixed
-        first = torch.where(undecided.any(dim=1), undecided.int().argmax(dim=1), N).tolist()  # [B]
+        first = first_true(~fixed).tolist()  # [B]
         for b, region in enumerate(regions):
             if region is None:
                 continue

@@ -90,6 +90,12 @@ def informative(tok: torch.Tensor, conf: torch.Tensor, active: torch.Tensor, eot
     return conf.masked_fill((tok == eot_id) & prev_open_eot, 0.0)
 
 
+def first_true(mask: torch.Tensor) -> torch.Tensor:
+    """[B] index of each row's first True in ``mask`` [B, N]; N where a row has none."""
+    N = mask.shape[1]
+    return torch.where(mask.any(dim=1), mask.int().argmax(dim=1), N)
+
+
 # ---- cache policies ----------------------------------------------------------------------------
 class CachePolicy(Protocol):
     def prepare(
@@ -280,7 +286,7 @@ def denoise(
                     fixed |= ended[:, None]
             # end-of-text: everything after a committed end-of-text is end-of-text too
             is_eot = fixed & (canvas == eot_id)  # [B, N]
-            first = torch.where(is_eot, pos, N).min(dim=1).values  # [B]
+            first = first_true(is_eot)  # [B]
             tail = pos[None, :] > first[:, None]
             fill = tail & ~fixed
             canvas[fill] = eot_id
@@ -293,6 +299,6 @@ def denoise(
         if cancelled or bool(fixed.all()):  # every row ended (its end-of-text fills the rest)
             break
     is_eot = fixed & (canvas == eot_id)
-    lengths = torch.where(is_eot, pos, N).min(dim=1).values
+    lengths = first_true(is_eot)  # [B]
     finished = (is_eot & real).any(dim=1)  # end-of-text inside the row's own canvas, not its padding
     return SampleResult(canvas, conf_out, lengths, steps, steps + 1, finished, cancelled, canvases)

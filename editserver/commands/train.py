@@ -317,7 +317,7 @@ def build_teacher_rows(args: argparse.Namespace, data: Path, out: Path) -> None:
 
     from model.api import Engine
     from model.data import RowStore
-    from model.distill import build_distill_store
+    from model.distill import TEACHER_BATCH, build_distill_store
     from model.tokenizer import Tokenizer
 
     if args.threads:
@@ -333,6 +333,6 @@ def build_teacher_rows(args: argparse.Namespace, data: Path, out: Path) -> None:
         if n % 1000 == 0:
             print(f"  {n} teacher rows", flush=True)
 
-    batch = {} if args.distill_batch is None else {"batch_size": args.distill_batch}
-    store = build_distill_store(engine, corpus, out, args.distill, progress=progress, **batch)
+    batch = TEACHER_BATCH if args.distill_batch is None else args.distill_batch
+    store = build_distill_store(engine, corpus, out, args.distill, batch_size=batch, progress=progress)
     print(f"{store.n} teacher rows written", flush=True)
