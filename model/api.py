@@ -16,8 +16,9 @@ Design decisions:
   Both are exactly the training layouts (model/data.py).
 - The context window is enforced, never truncated: prompt plus canvas beyond 32,768 tokens raises
   ``ContextTooLongError``.
-- ``effort`` (instant|low|medium|high) picks the unmasking threshold and block size from the
-  checkpoint's ``InferenceConfig``; a request may override the threshold directly.
+- ``effort`` (instant|low|medium|high) picks the unmasking rule (a confidence threshold, or a joint
+  error bound where the preset sets ``gamma``) and block size from the checkpoint's
+  ``InferenceConfig``; a request may override the threshold directly (a threshold rule then).
 - Stop sequences cut the decoded text, and they also end decoding early: once the committed start of
   a row's answer (every position up to the first undecided one) holds a stop sequence, nothing after
   it can change the returned text, so the row ends there (the sampler's ``done`` hook). The text is
@@ -64,7 +65,7 @@ from model.prompt import (
     fit_prompt,
     parse_prompt,
 )
-from model.sampler import ThresholdRule, TopKRule, UnmaskRule, denoise, first_true
+from model.sampler import JointRule, ThresholdRule, TopKRule, UnmaskRule, denoise, first_true
 from model.scoring import aggregate, layout_only
 from model.transformer import ContextTooLongError
 
@@ -198,6 +199,8 @@ class Engine:
             raise ValueError(f"block_size must be at least 1, got {block}")
         if o.sequential:
             return TopKRule(1), block
+        if o.threshold is None and preset.gamma is not None:
+            return JointRule(preset.gamma, preset.threshold), block
         return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), block
 
     # ---- entry point ---------------------------------------------------------------------------

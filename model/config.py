@@ -72,14 +72,18 @@ class EffortPreset:
 
     threshold: float  # Fast-dLLM confidence threshold tau
     block_size: int  # semi-autoregressive block length
+    # when set, sampler.JointRule: the joint error bound (nats), plus every token clearing threshold
+    gamma: float | None = None
 
 
 @dataclass
 class InferenceConfig:
     efforts: dict[str, EffortPreset] = field(
         default_factory=lambda: {
-            "instant": EffortPreset(threshold=0.5, block_size=32),
-            "low": EffortPreset(threshold=0.7, block_size=32),
+            # the joint rule at low and instant: more tokens per step at less pass@1 cost than
+            # thresholds 0.7 and 0.5 (README, session 19)
+            "instant": EffortPreset(threshold=0.7, block_size=32, gamma=0.25),
+            "low": EffortPreset(threshold=0.9, block_size=32, gamma=0.1),
             "medium": EffortPreset(threshold=0.9, block_size=32),
             "high": EffortPreset(threshold=0.99, block_size=16),
         }

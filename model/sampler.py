@@ -8,7 +8,13 @@ Alg. 2 with low-confidence remasking). Design decisions:
 - Unmasking rule (``UnmaskRule``): ``ThresholdRule`` is Fast-dLLM's confidence-aware parallel
   decoding (Wu et al. 2025, Eq. 4): every masked token of the active block whose confidence
   p(x_i) >= tau is committed in the same step, and at least the single most confident one, so every
-  step makes progress. ``TopKRule(1)`` is the one-token-per-step baseline.
+  step makes progress. ``TopKRule(1)`` is the one-token-per-step baseline. ``JointRule`` bounds the
+  error of committing several tokens together instead of each token's own confidence (EB-sampler,
+  Ben-Hamu et al. 2025, Eq. 9: commit the largest confidence-ordered set S with
+  sum_{i in S} e_i - max_{i in S} e_i <= gamma, here with e_i = -log p(x_i)): a near-certain token
+  (an indentation run, a closing bracket) lets the next one ride along, so it spends steps where
+  the model is unsure rather than on every token that misses a fixed threshold. It also commits
+  what a threshold would (the union), for long draft-copied rewrites.
 - Cache policy (``CachePolicy``): ``ContextCache`` runs the context once and reuses its keys/values at
   every step (exact, because the model's context never attends to the canvas; transformer.py).
   ``NoCache`` recomputes the whole sequence every step; it exists to test that the cache is exact.
@@ -72,6 +78,24 @@ class ThresholdRule:
 
     def select(self, conf: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         return ((conf >= self.threshold) & active) | _top_k_mask(conf, active, 1)
+
+
+@dataclass(frozen=True)
+class JointRule:
+    gamma: float  # nats: the summed -log p of a step's commits other than its least confident one
+    # Also commit every token this confident (``ThresholdRule``): a rewrite copied from its draft has
+    # dozens of tokens at p ~ 0.99 whose small errors add up past any gamma worth using on FIM.
+    threshold: float = float("inf")
+
+    def select(self, conf: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        # sorted by confidence, position k joins when the -log p of positions 0..k-1 sums to <= gamma
+        # (the least confident member of the set is its max error term, which the bound leaves out)
+        s, order = conf.masked_fill(~active, -1.0).sort(dim=1, descending=True)  # [B, n]
+        err = torch.where(s >= 0, -torch.log(s.clamp_min(1e-12)), torch.inf)  # [B, n]
+        keep = (err.cumsum(dim=1) - err) <= self.gamma  # [B, n] sum over earlier entries
+        keep[:, 0] = True  # at least one token per step
+        keep |= s >= self.threshold
+        return torch.zeros_like(active).scatter_(1, order, keep) & active
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Design decisions:
 - Greedy decoding (pass@1 as the peers report it) through the model's entry point, so the figures
   are what the server delivers.
-- Side by side in one run: confidence-threshold parallel unmasking (the effort's threshold) and the
+- Side by side in one run: parallel unmasking (the effort's rule: its threshold, or joint bound) and the
   one-token-per-step baseline over the same tasks, so the speedup and its quality cost are a ratio
   measured on one machine at one time.
 - Generated code is untrusted: each check runs in its own ``python`` subprocess with a timeout, in a
@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
             "suite": args.suite.name,
             "effort": effort,
             "threshold": engine.inference.efforts[effort].threshold,
+            "gamma": engine.inference.efforts[effort].gamma,  # set: the joint rule, not the threshold
             "block_size": args.block_size or engine.inference.efforts[effort].block_size,
             "max_tokens": max_tokens,
             "single_line_cut": single,

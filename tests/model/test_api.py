@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import threading
@@ -38,6 +39,21 @@ def test_effort_changes_steps(engine: Engine) -> None:
     assert fast.steps < slow.steps
     with pytest.raises(ValueError, match="effort"):
         engine.complete(FimRequest("x", "", options=SamplingOptions(effort="turbo")))
+
+
+def test_effort_with_gamma_uses_the_joint_rule(engine: Engine) -> None:
+    from model.config import EffortPreset
+    from model.sampler import JointRule, ThresholdRule
+
+    efforts = {**engine.inference.efforts, "low": EffortPreset(threshold=0.9, block_size=32, gamma=1e6)}
+    eng = copy.copy(engine)  # the module's engine keeps its own presets
+    eng.inference = dataclasses.replace(engine.inference, efforts=efforts)
+    assert eng._rule(SamplingOptions(effort="low")) == (JointRule(1e6, 0.9), 32)
+    # a request's own threshold still means the threshold rule
+    assert eng._rule(SamplingOptions(effort="low", threshold=0.5)) == (ThresholdRule(0.5), 32)
+    # a bound this loose commits the whole canvas in one step, as threshold 0 does
+    req = FimRequest("x = ", "", max_tokens=16, options=SamplingOptions(effort="low"))
+    assert eng.complete(req).steps == 1
 
 
 def test_block_size_override(engine: Engine) -> None:

@@ -7,7 +7,7 @@ import torch
 
 from model.config import PRESETS, ModelConfig
 from model.draft import step_drafts
-from model.sampler import ContextCache, NoCache, ThresholdRule, TopKRule, denoise
+from model.sampler import ContextCache, JointRule, NoCache, ThresholdRule, TopKRule, denoise
 from model.transformer import Transformer
 
 MASK, EOT, V = 1, 0, 300
@@ -31,6 +31,40 @@ def test_threshold_rule_commits_confident_and_at_least_one() -> None:
     got = ThresholdRule(0.9).select(conf, active)
     assert got.tolist() == [[True, False, True, False], [False, False, True, False]]
     assert TopKRule(1).select(conf, active).sum(1).tolist() == [1, 1]
+
+
+def test_joint_rule_bounds_the_error_of_all_but_the_least_confident_commit() -> None:
+    conf = torch.tensor([[0.99, 0.3, 0.97, 0.5], [0.6, 0.99, 0.2, 0.9], [0.4, 0.3, 0.2, 0.1]])
+    active = torch.tensor([[True, True, True, True], [True, True, True, False], [True] * 4])
+    # row 0: 0.99 and 0.97 cost 0.01 + 0.03 nats <= 0.1, so the next (0.5) joins; then 0.74 > 0.1
+    # row 1: 0.99 (0.01) lets 0.6 join; 0.9 is inactive; 0.2 would need 0.01 + 0.51 nats
+    # row 2: nothing is near-certain: only the most confident token, as one token per step
+    got = JointRule(0.1).select(conf, active)
+    assert got.tolist() == [
+        [True, False, True, True],
+        [True, True, False, False],
+        [True, False, False, False],
+    ]
+    assert JointRule(0.0).select(conf, active).sum(1).tolist() == [1, 1, 1]
+    assert JointRule(float("inf")).select(conf, active).tolist() == active.tolist()
+    # with gamma 0 only the threshold adds to each step's most confident token
+    both = JointRule(0.0, threshold=0.55).select(conf, active)
+    assert both.tolist() == [
+        [True, False, True, False],
+        [True, True, False, False],
+        [True, False, False, False],
+    ]
+
+
+def test_joint_rule_decodes_in_fewer_steps_than_one_per_step(model: Transformer) -> None:
+    one = _run(model, rule=TopKRule(1))
+    joint = _run(model, rule=JointRule(20.0), record=True)  # a random model: ~log V nats a token
+    assert joint.steps < one.steps and (joint.tokens != MASK).all()
+    prev = None
+    for canvas in joint.canvases:
+        if prev is not None:
+            assert torch.equal(canvas[prev != MASK], prev[prev != MASK])
+        prev = canvas
 
 
 def test_never_undecodes_and_each_step_progresses(model: Transformer) -> None:

@@ -118,6 +118,7 @@ def test_checkpoint_save_load_equality(tmp_path) -> None:
         assert torch.equal(a, b), k
     assert ck.inference.selectivity_threshold == 0.42 and ck.inference.score_aggregate == "min"
     assert ck.inference.efforts["high"].threshold == inf.efforts["high"].threshold
+    assert ck.inference.efforts == inf.efforts  # gamma included
     assert ck.meta == {"step": 3} and ck.tokenizer.encode("x = 1") == tok.encode("x = 1")
     assert set(json.loads((tmp_path / "config.json").read_text())) == {"model", "inference", "meta"}
 
