@@ -10,7 +10,7 @@ Alg. 2 with low-confidence remasking). Design decisions:
   p(x_i) >= tau is committed in the same step, and at least the single most confident one, so every
   step makes progress. ``TopKRule(1)`` is the one-token-per-step baseline. ``JointRule`` bounds the
   error of committing several tokens together instead of each token's own confidence (EB-sampler,
-  Ben-Hamu et al. 2025, Eq. 9: commit the largest confidence-ordered set S with
+  Ben-Hamu et al. 2025, its entropy bound: commit the largest confidence-ordered set S with
   sum_{i in S} e_i - max_{i in S} e_i <= gamma, here with e_i = -log p(x_i)): a near-certain token
   (an indentation run, a closing bracket) lets the next one ride along, so it spends steps where
   the model is unsure rather than on every token that misses a fixed threshold. It also commits
