@@ -154,11 +154,13 @@ class RowBuilder:
         # state after the first k hunks; track how later hunks' line numbers shift
         state, shift = list(lines), 0
         history = []
-        for start, length, new_text in done:
-            before = "".join(state)
+        for i, (start, length, new_text) in enumerate(done):
+            shown = i >= len(done) - 3  # the prompt shows the 3 newest (difflib on a file is slow)
+            before = "".join(state) if shown else ""
             new_lines = new_text.splitlines(keepends=True)
             state[start + shift : start + shift + length] = new_lines
-            history.append(unified_diff(rec["path"], before, "".join(state)))
+            if shown:
+                history.append(unified_diff(rec["path"], before, "".join(state)))
             shift += len(new_lines) - length
         negative = not rest or rng.random() < 0.2
         if negative:
@@ -192,7 +194,7 @@ class RowBuilder:
         elif region:
             cursor = rng.randrange(len(region))
         above, below = "".join(state[max(0, lo - 40) : lo]), "".join(state[hi : hi + 40])
-        prompt = EditPrompt(rec["path"], above, region, cursor, below, [], "".join(history[-3:]))
+        prompt = EditPrompt(rec["path"], above, region, cursor, below, [], "".join(history))
         return self._edit_row(prompt, new_region)
 
     def rename(self, path: str, text: str) -> Row | None:
@@ -204,7 +206,7 @@ class RowBuilder:
         """``prompt <|rewrite|> answer`` padded with end-of-text, the prompt cut to fit (fit_prompt)."""
         canvas = self._canvas(self.tok.encode(new_region), 32)
         budget = self.L - len(canvas) - 1
-        fitted = fit_prompt(prompt, self.tok.encode, budget)
+        fitted = fit_prompt(prompt, self.tok.encode, budget, self.tok.min_tokens)
         if fitted is None:
             return None
         ctx = [*fitted[1], self.tok.rewrite_id]

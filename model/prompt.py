@@ -194,16 +194,26 @@ def _first_lines(text: str, n: int) -> str:
 
 
 def fit_prompt(
-    p: EditPrompt, encode: Callable[[str], list[int]], budget: int
+    p: EditPrompt,
+    encode: Callable[[str], list[int]],
+    budget: int,
+    min_tokens: Callable[[str], int] | None = None,
 ) -> tuple[EditPrompt, list[int]] | None:
     """``p`` cut until its built prompt is at most ``budget`` tokens, with that prompt's tokens (so
     callers never encode it twice), or None when even the region with the newest diff is too long.
     Cuts, in order: the recently viewed snippets; the file context to 40, 16, 6 and 0 lines on each
     side; the history to its 3 newest diffs, then the newest. Training rows (model/data.py) and
-    inference (model/api.py) both cut with this, so they agree."""
-    ids = encode(build_prompt(p))
-    if len(ids) <= budget:
-        return p, ids
+    inference (model/api.py) both cut with this, so they agree.
+
+    ``min_tokens(text)``, a cheap lower bound on ``len(encode(text))`` (``Tokenizer.min_tokens``),
+    skips encoding a cut that cannot fit: most training rows' first cuts are far over a 256-token
+    budget, and encoding them was half of building a next-edit row. The result is unchanged."""
+    fits = (lambda text: True) if min_tokens is None else (lambda text: min_tokens(text) <= budget)
+    text = build_prompt(p)
+    if fits(text):
+        ids = encode(text)
+        if len(ids) <= budget:
+            return p, ids
     diffs = split_history(p.history)
     tried = p
     for keep in (40, 16, 6, 0):
@@ -217,7 +227,10 @@ def fit_prompt(
         if q == tried:  # this cut changes nothing: encoding it again would only cost time
             continue
         tried = q
-        ids = encode(build_prompt(q))
+        text = build_prompt(q)
+        if not fits(text):
+            continue
+        ids = encode(text)
         if len(ids) <= budget:
             return q, ids
     return None

@@ -106,3 +106,28 @@ def test_edit_canvas_pos_lines_up_with_the_region() -> None:
     assert edit_canvas_pos([1, 2, 3, 9, 4], rewrite, region_open) == 5, "not an edit row: after the context"
     assert edit_canvas_pos([1, 2, 9, 7], rewrite, region_open) == 4, "no region tag: after the context"
     assert edit_canvas_pos([], rewrite, region_open) == 0
+
+
+def test_fit_prompt_with_a_token_bound_keeps_the_same_cut() -> None:
+    from model.prompt import EditPrompt, fit_prompt, unified_diff
+    from model.tokenizer import Tokenizer, train_tokenizer
+    from tests.conftest import CORPUS
+
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    above = "".join(f"a{i} = f(x, {i})\n" for i in range(100))
+    below = "".join(f"b{i} = g({i})\n" for i in range(100))
+    diffs = "".join(unified_diff("m.py", f"x = {i}\n", f"x = {i + 1}\n") for i in range(5))
+    p = EditPrompt("m.py", above, "y = 1\n", 0, below, [], diffs)
+    calls: list[int] = []
+
+    def enc(text: str) -> list[int]:
+        calls.append(1)
+        return tok.encode(text)
+
+    for budget in (20, 60, 150, 400, 1200, 10**6):
+        plain = fit_prompt(p, tok.encode, budget)
+        calls.clear()
+        bounded = fit_prompt(p, enc, budget, Tokenizer.min_tokens)
+        assert bounded == plain, budget
+        if budget == 60:
+            assert len(calls) <= 1, "cuts that cannot fit are not encoded"

@@ -58,3 +58,27 @@ def test_save_load(tok: Tokenizer, tmp_path) -> None:
 def test_shipped_tokenizer_round_trip(text: str) -> None:
     tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
     assert tok.decode(tok.encode(text)) == text
+
+
+whitespace_heavy = st.lists(
+    st.sampled_from(
+        list("ab1_(.'s \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85") + ["\u00a0", "\u2028", "\u3000", "'ll", "<|cursor|>"]
+    ),
+    max_size=80,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(max_size=200), code_like, whitespace_heavy))
+def test_min_tokens_is_a_lower_bound(tok: Tokenizer, text: str) -> None:
+    # fit_prompt skips encoding a cut whose bound is over budget, so an overestimate would change rows
+    assert Tokenizer.min_tokens(text) <= len(tok.encode(text))
+
+
+@pytest.mark.skipif(not (DEFAULT_CHECKPOINT / "tokenizer.json").exists(), reason="no shipped checkpoint")
+@settings(max_examples=200, deadline=None)
+@given(text=st.one_of(st.text(max_size=300), code_like, whitespace_heavy))
+def test_min_tokens_is_a_lower_bound_for_the_shipped_tokenizer(text: str) -> None:
+    tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
+    assert Tokenizer.min_tokens(text) <= len(tok.encode(text))
+    assert Tokenizer.min_tokens("def f(x):\n    return x\n") == 4
