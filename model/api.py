@@ -185,8 +185,10 @@ class Engine:
         window = self.inference.window_tokens
         # cut as training rows were (model/data.py); a region too long for the window keeps the
         # whole prompt: the 32k window still holds it, only the training distances are exceeded
-        fitted = None if window is None else fit_prompt(
-            parsed, self.tok.encode, window - canvas - 1, self.tok.min_tokens
+        fitted = (
+            None
+            if window is None
+            else fit_prompt(parsed, self.tok.encode, window - canvas - 1, self.tok.min_tokens)
         )
         ids = self.tok.encode(req.prompt) if fitted is None else fitted[1]
         return [*ids, self.tok.rewrite_id], parsed, canvas

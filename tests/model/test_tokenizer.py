@@ -62,7 +62,8 @@ def test_shipped_tokenizer_round_trip(text: str) -> None:
 
 whitespace_heavy = st.lists(
     st.sampled_from(
-        list("ab1_(.'s \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85") + ["\u00a0", "\u2028", "\u3000", "'ll", "<|cursor|>"]
+        list("ab1_(.'s \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85")
+        + ["\u00a0", "\u2028", "\u3000", "'ll", "<|cursor|>"]
     ),
     max_size=80,
 ).map("".join)
