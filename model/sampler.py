@@ -34,6 +34,11 @@ Alg. 2 with low-confidence remasking). Design decisions:
   of text or requests; the hook sees only tokens and their confidences.
 - Draft hook (``draft``): a ``canvas_draft`` model gets, before every step, the region token each
   canvas position would copy, aligned on what each row has committed so far (model/draft.py).
+- Only rows with something left to decide are computed: a row that has ended (end-of-text, a stop
+  sequence, outscored) or has nothing masked left in the active block commits nothing this step, so
+  the step runs on the others alone (``CachePolicy.rows``; the context cache is cut to them). A
+  one-line request's two ensemble rows rarely end together, and neither do a batch's requests, so
+  this saves compute while every row decodes exactly as before.
 - Per-row canvases (``canvas_lens``): a batch decodes rows whose canvases differ in length (a short
   rewrite beside a long one, a 48-token line beside a 64-token block) on one canvas of the longest
   length. A shorter row's extra positions start committed as end-of-text and no position attends to
@@ -137,6 +142,10 @@ class CachePolicy(Protocol):
         """Logits [B, n, V] of the canvas positions ``only`` (the active block); draft [B, N] or None."""
         ...
 
+    def rows(self, state: object, idx: torch.Tensor) -> object:
+        """The state of rows ``idx`` [b] alone (rows of ``state``)."""
+        ...
+
 
 class ContextCache:
     """Context keys/values computed once per request; each step runs only the canvas."""
@@ -156,6 +165,10 @@ class ContextCache:
     ) -> torch.Tensor:
         assert isinstance(state, KVCache)
         return model.forward_canvas(canvas, state, only, draft)
+
+    def rows(self, state: object, idx: torch.Tensor) -> KVCache:
+        assert isinstance(state, KVCache)
+        return state.rows(idx)
 
 
 class NoCache:
@@ -187,8 +200,17 @@ class NoCache:
         logits = model(ids, context_lens=ctx, seq_lens=seq, canvas_pos=canvas_pos, draft=draft)
         return logits[:, context.shape[1] :][:, only]
 
+    def rows(self, state: object, idx: torch.Tensor) -> object:
+        assert isinstance(state, tuple)
+        return tuple(None if x is None else x[idx] for x in state)
+
 
 # ---- the loop ----------------------------------------------------------------------------------
+def _take(x: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor | None:
+    """Rows ``rows`` of ``x`` (all of it for None)."""
+    return x if x is None or rows is None else x[rows]
+
+
 @dataclass
 class SampleResult:
     tokens: torch.Tensor  # [B, N]; end-of-text after each row's answer
@@ -275,6 +297,7 @@ def denoise(
     fixed = ~real
     conf_out = (~real).float()
     state = cache.prepare(model, context, context_lens, canvas_pos, canvas_lens)
+    sub, sub_rows = state, None  # the state of the rows a step computes (sub_rows [b]; None: all)
     steps, canvases, cancelled = 0, [], False
     # never propose the mask token or layout tags: [V] additive bias, -inf on suppressed ids
     bias = torch.zeros(V, device=dev)
@@ -295,9 +318,21 @@ def denoise(
                 seen[:, eot_id] = 0.0
                 penalty = penalty + seen * presence_penalty
             drafts = None if draft is None else draft(canvas, fixed)  # [B, N]
-            logits = cache.logits(model, state, canvas, blk, drafts)  # [B, n, V]
+            # a row with nothing masked in this block commits nothing: compute the others alone
+            live = active.any(dim=1)  # [B]
+            rows = None if bool(live.all()) else live.nonzero().squeeze(1)  # [b]
+            if rows is None:
+                sub, sub_rows = state, None
+            elif sub_rows is None or not bool(torch.isin(rows, sub_rows).all()):
+                sub, sub_rows = cache.rows(state, rows), rows
+            elif len(rows) < len(sub_rows):  # fewer rows than last step: cut the smaller state
+                sub, sub_rows = cache.rows(sub, torch.searchsorted(sub_rows, rows)), rows
+            logits = cache.logits(model, sub, _take(canvas, rows), blk, _take(drafts, rows))  # [b, n, V]
             steps += 1
-            tok, conf = choose_tokens(logits, temperature, top_p, generator, penalty)
+            tok, conf = choose_tokens(logits, temperature, top_p, generator, _take(penalty, rows))
+            if rows is not None:  # back to [B, n]; rows left out have no active position
+                tok = torch.full_like(active, eot_id, dtype=tok.dtype).index_copy_(0, rows, tok)
+                conf = torch.zeros_like(active, dtype=conf.dtype).index_copy_(0, rows, conf)
             commit = rule.select(informative(tok, conf, active, eot_id), active)  # [B, n]
             canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])
             conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])

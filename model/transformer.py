@@ -90,6 +90,19 @@ class KVCache:
     def context_len(self) -> int:
         return self.valid.shape[1]
 
+    def rows(self, idx: torch.Tensor) -> KVCache:
+        """The cache of rows ``idx`` [b] alone, its context padding cut to their longest context:
+        a batch whose other rows have finished decoding computes only these (sampler.py)."""
+        Lc = int(self.lengths[idx].max())
+        return KVCache(
+            [k[idx, :, :Lc] for k in self.keys],
+            [v[idx, :, :Lc] for v in self.values],
+            self.valid[idx, :Lc],
+            self.lengths[idx],
+            self.canvas_pos[idx],
+            None if self.canvas_lens is None else self.canvas_lens[idx],
+        )
+
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):

@@ -207,3 +207,42 @@ def test_rows_of_unequal_canvases_decode_as_alone(model: Transformer, cache) -> 
     assert not torch.equal(padded.tokens[0, :11], short.tokens[0]), "padding would change the answer"
     with pytest.raises(ValueError, match="canvas_lens"):
         denoise(model, ctx, torch.tensor([20, 20]), 24, canvas_lens=torch.tensor([0, 24]), **kw)
+
+
+class _Counting:
+    """A cache policy that records how many rows each step computes."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.batches = inner, []
+
+    def prepare(self, *args):
+        return self.inner.prepare(*args)
+
+    def logits(self, model, state, canvas, only, draft):
+        self.batches.append(canvas.shape[0])
+        return self.inner.logits(model, state, canvas, only, draft)
+
+    def rows(self, state, idx):
+        return self.inner.rows(state, idx)
+
+
+@pytest.mark.parametrize("inner", [ContextCache(), NoCache()])
+def test_rows_with_nothing_left_to_decide_are_not_computed(model: Transformer, inner) -> None:
+    """Once a row has ended, steps run on the other rows alone, and they decode exactly as alone
+    (with the context cache, also once the longest context's row has ended and its padding is cut)."""
+    lens = [20, 12, 16] if isinstance(inner, ContextCache) else [20, 20, 20]
+    ctx = torch.randint(2, V, (3, 20), generator=torch.Generator().manual_seed(3))
+    kw = dict(mask_id=MASK, eot_id=EOT, block_size=8, rule=TopKRule(1))
+    count = _Counting(inner)
+    first_row = torch.tensor([True, False, False])
+    res = denoise(
+        model, ctx, torch.tensor(lens), 24, cache=count, done=lambda c, f, p: first_row & f.any(dim=1), **kw
+    )
+    assert count.batches[0] == 3 and count.batches[1] == 2, "row 0 ended after the first step"
+    assert len(count.batches) == res.steps and max(count.batches[1:]) == 2
+    for b in (1, 2):
+        alone = denoise(
+            model, ctx[b : b + 1, : lens[b]], torch.tensor(lens[b : b + 1]), 24, cache=inner, **kw
+        )
+        assert torch.equal(res.tokens[b], alone.tokens[0])
+        assert torch.allclose(res.confidences[b], alone.confidences[0], atol=1e-5)
