@@ -30,7 +30,7 @@ Design decisions:
   ``line_canvases`` shorter than its own canvas, as extra rows of the same batch, and the answer the
   model finds likeliest wins: the highest sum of log-confidences over what the score aggregates
   (the answer's tokens and its end). Training pads each answer with 1-49 end-of-text tokens, so the
-  canvas length is a length prior, and the best length differs per line (README, session 14). Each
+  canvas length is a length prior, and the best length differs per line (docs/model-history.md, session 14). Each
   row keeps its own canvas, so the extra rows do not change the request's own row (sampler.py). A
   row ends as soon as another row of its request has finished with a likelihood its committed start
   already falls below (``outscored``): it could not win, so that saves steps and changes no answer.

@@ -28,7 +28,7 @@ Design decisions:
   b = 1 is next-token prediction, the order-restricted objective that Nie et al. (2024, "Scaling up
   Masked Diffusion Models on Text") find far more sample-efficient than learning every order.
   Off by default (``TrainConfig.ordered_share`` 0): continuing the shipped CPU model with a share
-  of 0.5 made both held-out losses worse, the block-ordered one included (README, session 7).
+  of 0.5 made both held-out losses worse, the block-ordered one included (docs/model-history.md, session 7).
 - *Certainty forcing* (``certainty`` > 0, self-distillation rows only, model/distill.py): plus
   ``certainty`` times the mean entropy of the masked positions whose argmax is already the target
   (dParallel, Chen et al. 2025): CE alone makes the right token the most likely; the entropy

@@ -4,7 +4,7 @@ Why: parallel unmasking commits every token whose confidence clears tau in the s
 so tokens per step is bounded by how peaked the model's marginals are while most of the canvas is
 still masked. Trained on real code, those marginals spread over every way a line could go on; the
 shipped model commits a median token at confidence 0.73, and even an exact draft-and-verify
-decoder would keep at most 1.75-1.90 tokens per call (README, session 13). Self-distillation
+decoder would keep at most 1.75-1.90 tokens per call (docs/model-history.md, session 13). Self-distillation
 (dParallel, Chen et al. 2025; the consistency objective of CDLM, Kim et al. 2025) changes the
 targets instead: the answer a teacher (the model itself) decodes one token per step is a
 deterministic function of the context, so the ideal predictor of any masked subset of it is certain

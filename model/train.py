@@ -17,7 +17,7 @@ Design decisions:
   state dict keeps its names and checkpoints stay loadable uncompiled; dynamic because each batch
   takes logits at a different number of masked positions. Off by default: the first steps pay the
   compilation (about 20 s for ``mini`` on 2 CPU cores), and on an AVX2 CPU it measured only 1.08x
-  per step (README, session 8).
+  per step (docs/model-history.md, session 8).
 - ``time_budget_s``: a run may be bounded by wall-clock time instead of steps (a lent GPU is held
   for minutes, not for a step count, and its step rate is unknown before it starts). The budget
   counts training time across resumes (kept in ``state.pt``), the LR decays linearly to 10% over
