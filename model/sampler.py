@@ -137,9 +137,16 @@ class CachePolicy(Protocol):
     ) -> object: ...
 
     def logits(
-        self, model: Transformer, state: object, canvas: torch.Tensor, only: slice, draft: torch.Tensor | None
+        self,
+        model: Transformer,
+        state: object,
+        canvas: torch.Tensor,
+        only: slice,
+        draft: torch.Tensor | None,
+        want: torch.Tensor,
     ) -> torch.Tensor:
-        """Logits [B, n, V] of the canvas positions ``only`` (the active block); draft [B, N] or None."""
+        """Logits [M, V] of the canvas positions ``only`` (the active block) that ``want`` [B, n]
+        marks (M of them, row-major); draft [B, N] or None."""
         ...
 
     def rows(self, state: object, idx: torch.Tensor) -> object:
@@ -161,10 +168,16 @@ class ContextCache:
         return replace(model.encode_context(context, lengths, canvas_pos), canvas_lens=canvas_lens)
 
     def logits(
-        self, model: Transformer, state: object, canvas: torch.Tensor, only: slice, draft: torch.Tensor | None
+        self,
+        model: Transformer,
+        state: object,
+        canvas: torch.Tensor,
+        only: slice,
+        draft: torch.Tensor | None,
+        want: torch.Tensor,
     ) -> torch.Tensor:
         assert isinstance(state, KVCache)
-        return model.forward_canvas(canvas, state, only, draft)
+        return model.forward_canvas(canvas, state, only, draft, want)
 
     def rows(self, state: object, idx: torch.Tensor) -> KVCache:
         assert isinstance(state, KVCache)
@@ -188,7 +201,13 @@ class NoCache:
 
     @torch.no_grad()
     def logits(
-        self, model: Transformer, state: object, canvas: torch.Tensor, only: slice, draft: torch.Tensor | None
+        self,
+        model: Transformer,
+        state: object,
+        canvas: torch.Tensor,
+        only: slice,
+        draft: torch.Tensor | None,
+        want: torch.Tensor,
     ) -> torch.Tensor:
         assert isinstance(state, tuple)
         context, canvas_pos, canvas_lens = state
@@ -198,7 +217,7 @@ class NoCache:
             draft = torch.cat([torch.full_like(context, -1), draft[:, : canvas.shape[1]]], dim=1)
         seq = None if canvas_lens is None else ctx + canvas_lens  # keys past a row's canvas: padding
         logits = model(ids, context_lens=ctx, seq_lens=seq, canvas_pos=canvas_pos, draft=draft)
-        return logits[:, context.shape[1] :][:, only]
+        return logits[:, context.shape[1] :][:, only][want]
 
     def rows(self, state: object, idx: torch.Tensor) -> object:
         assert isinstance(state, tuple)
@@ -327,12 +346,15 @@ def denoise(
                 sub, sub_rows = cache.rows(state, rows), rows
             elif len(rows) < len(sub_rows):  # fewer rows than last step: cut the smaller state
                 sub, sub_rows = cache.rows(sub, torch.searchsorted(sub_rows, rows)), rows
-            logits = cache.logits(model, sub, _take(canvas, rows), blk, _take(drafts, rows))  # [b, n, V]
+            # only still-masked positions are projected onto the vocabulary: [M, V], M = active.sum()
+            want = active if rows is None else active[rows]  # [b, n]
+            logits = cache.logits(model, sub, _take(canvas, rows), blk, _take(drafts, rows), want)
             steps += 1
-            tok, conf = choose_tokens(logits, temperature, top_p, generator, _take(penalty, rows))
-            if rows is not None:  # back to [B, n]; rows left out have no active position
-                tok = torch.full_like(active, eot_id, dtype=tok.dtype).index_copy_(0, rows, tok)
-                conf = torch.zeros_like(active, dtype=conf.dtype).index_copy_(0, rows, conf)
+            pen = penalty[active.nonzero()[:, 0]]  # [M, V]: each position's row's penalty
+            tok_m, conf_m = choose_tokens(logits[:, None, :], temperature, top_p, generator, pen)  # [M, 1]
+            # back to [B, n] (rows left out have no active position, so the order is the same)
+            tok = torch.full_like(active, eot_id, dtype=tok_m.dtype).masked_scatter_(active, tok_m[:, 0])
+            conf = torch.zeros_like(active, dtype=conf_m.dtype).masked_scatter_(active, conf_m[:, 0])
             commit = rule.select(informative(tok, conf, active, eot_id), active)  # [B, n]
             canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])
             conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])

@@ -282,10 +282,12 @@ class Transformer(nn.Module):
         cache: KVCache,
         only: slice | None = None,
         draft: torch.Tensor | None = None,
+        want: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits [B, N, V] for the canvas [B, N] given a cached context; ``only`` keeps the positions
         being decoded (the vocabulary projection of the others would be thrown away); draft [B, N]
-        (-1 = none) for ``canvas_draft`` models."""
+        (-1 = none) for ``canvas_draft`` models. ``want`` [B, n] (bool, over ``only``'s positions)
+        projects just those: logits [M, V] for its M True entries in row-major order."""
         B, N = canvas.shape
         self._check_len(int(cache.lengths.max()) + N)
         # canvas positions start at each row's canvas_pos (by default right after its real context)
@@ -303,4 +305,6 @@ class Transformer(nn.Module):
             x, _, _ = layer(x, cos, sin, mask, past=(k, v), kv_lens=kv_lens)
         if only is not None:
             x, draft = x[:, only], None if draft is None else draft[:, only]
+        if want is not None:  # [M, dim]: the still-masked positions, a fraction after the first steps
+            x, draft = x[want], None if draft is None else draft[want]
         return self.logits(x, draft)

@@ -218,9 +218,9 @@ class _Counting:
     def prepare(self, *args):
         return self.inner.prepare(*args)
 
-    def logits(self, model, state, canvas, only, draft):
+    def logits(self, model, state, canvas, only, draft, want):
         self.batches.append(canvas.shape[0])
-        return self.inner.logits(model, state, canvas, only, draft)
+        return self.inner.logits(model, state, canvas, only, draft, want)
 
     def rows(self, state, idx):
         return self.inner.rows(state, idx)
