@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 RV_OPEN, RV_CLOSE = "<|recently_viewed_code_snippets|>", "<|/recently_viewed_code_snippets|>"
@@ -193,6 +193,21 @@ def _first_lines(text: str, n: int) -> str:
     return "".join(text.splitlines(keepends=True)[:n])
 
 
+def _cuts(p: EditPrompt) -> Iterator[EditPrompt]:
+    """``p``, then ``fit_prompt``'s cuts of it, made only as they are asked for (a prompt that fits
+    needs none)."""
+    yield p
+    diffs = split_history(p.history)
+    for keep in (40, 16, 6, 0):
+        yield dataclasses.replace(
+            p,
+            snippets=[],
+            above=_last_lines(p.above, keep),
+            below=_first_lines(p.below, keep),
+            history="".join(diffs[-3:] if keep >= 16 else diffs[-1:]),
+        )
+
+
 def fit_prompt(
     p: EditPrompt,
     encode: Callable[[str], list[int]],
@@ -208,28 +223,14 @@ def fit_prompt(
     ``min_tokens(text)``, a cheap lower bound on ``len(encode(text))`` (``Tokenizer.min_tokens``),
     skips encoding a cut that cannot fit: most training rows' first cuts are far over a 256-token
     budget, and encoding them was half of building a next-edit row. The result is unchanged."""
-    fits = (lambda text: True) if min_tokens is None else (lambda text: min_tokens(text) <= budget)
-    text = build_prompt(p)
-    if fits(text):
-        ids = encode(text)
-        if len(ids) <= budget:
-            return p, ids
-    diffs = split_history(p.history)
-    tried = p
-    for keep in (40, 16, 6, 0):
-        q = dataclasses.replace(
-            p,
-            snippets=[],
-            above=_last_lines(p.above, keep),
-            below=_first_lines(p.below, keep),
-            history="".join(diffs[-3:] if keep >= 16 else diffs[-1:]),
-        )
+    tried = None
+    for q in _cuts(p):
         if q == tried:  # this cut changes nothing: encoding it again would only cost time
             continue
         tried = q
         text = build_prompt(q)
-        if not fits(text):
-            continue
+        if min_tokens is not None and min_tokens(text) > budget:
+            continue  # cannot fit: skip the encode
         ids = encode(text)
         if len(ids) <= budget:
             return q, ids

@@ -82,4 +82,8 @@ def test_min_tokens_is_a_lower_bound(tok: Tokenizer, text: str) -> None:
 def test_min_tokens_is_a_lower_bound_for_the_shipped_tokenizer(text: str) -> None:
     tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
     assert Tokenizer.min_tokens(text) <= len(tok.encode(text))
+
+
+def test_min_tokens_counts_non_whitespace_runs() -> None:
     assert Tokenizer.min_tokens("def f(x):\n    return x\n") == 4
+    assert Tokenizer.min_tokens("a\x1cb \u00a0c") == 2, "only ASCII whitespace splits"
