@@ -6,8 +6,8 @@
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 T=${T:-/tmp/es}
 mkdir -p $T
-DEV=${DEV:-cuda} PRE=${PRE:-mini} ROWS=${ROWS:-600000} BS=${BS:-256} LR=${LR:-1e-3}
-N=${N:-20000} DB=${DB:-512} W=${W:-16} COMPILE=${COMPILE---compile} MIX=${MIX:-0.25,0.4,0.1,0.25}
+DEV=${DEV:-cuda} PRE=${PRE:-mini} ROWS=${ROWS:-400000} BS=${BS:-256} LR=${LR:-1e-3}
+N=${N:-10000} DB=${DB:-512} W=${W:-16} COMPILE=${COMPILE---compile} MIX=${MIX:-0.25,0.4,0.1,0.25}
 EV=${EV:-1000} DEADLINE=${DEADLINE:-545} MARGIN=${MARGIN:-60} CERT_B=${CERT_B:-0.15} CERT_C=${CERT_C:-0.4}
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
@@ -22,21 +22,19 @@ launch() {  # $1: run name, $2: compile flag, rest: its own arguments
   P[$r]=$!
   echo "$r started at +$(el)s ($c; budget $(left) min)"
 }
-launch A "$COMPILE" --edits .gpu/edits --tokenizer model/checkpoints/default/tokenizer.json --source .gpu/extra-src \
-  --source-repeat 12 --workers $W --rows $ROWS --seq-len 256 --mix $MIX
-while [ ! -f $T/data/train/info.json ]; do
-  sleep 2
-  kill -0 ${P[A]} 2>/dev/null || { echo "A died before the corpus was built"; tail -40 $T/trainA.out; exit 1; }
-done
+# the corpus, then the teacher's rows, each built by a process of its own (--prepare-only), so every
+# training's time budget counts from when it can start
+python3 -m editserver.cli train --run $T/runA --data $T/data --edits .gpu/edits --prepare-only \
+  --tokenizer model/checkpoints/default/tokenizer.json --source .gpu/extra-src --source-repeat 12 \
+  --workers $W --rows $ROWS --seq-len 256 --mix $MIX > $T/corpus.out 2>&1 \
+  || { echo "the corpus build failed"; tail -40 $T/corpus.out; exit 1; }
 echo "corpus built at +$(el)s"; cat $T/data/train/info.json; echo
-# the teacher (the shipped model) answers N FIM contexts in a process of its own, so B and C start
-# training, with the budget left, only once its rows exist
-python3 -c "import argparse, pathlib; from editserver.commands.train import build_teacher_rows as b; \
-b(argparse.Namespace(threads=0, teacher=None, device='$DEV', distill=$N, distill_batch=$DB), \
-pathlib.Path('$T/data'), pathlib.Path('$T/teacher'))" > $T/teacher.out 2>&1
-echo "teacher rows at +$(el)s"; tail -2 $T/teacher.out; cat $T/teacher/info.json 2>/dev/null; echo
-if [ -f $T/teacher/info.json ]; then
-  for r in B C; do mkdir -p $T/run$r && cp -r $T/teacher $T/run$r/distill; done
+launch A "$COMPILE"
+python3 -m editserver.cli train --run $T/runB --data $T/data --device $DEV --distill $N --distill-batch $DB \
+  --prepare-only > $T/teacher.out 2>&1
+echo "teacher rows at +$(el)s"; tail -2 $T/teacher.out; cat $T/runB/distill/info.json 2>/dev/null; echo
+if [ -f $T/runB/distill/info.json ]; then
+  mkdir -p $T/runC && cp -r $T/runB/distill $T/runC/distill
   launch B "$COMPILE" --distill $N --distill-share ${SHARE:-0.3} --certainty $CERT_B
   launch C "$COMPILE" --distill $N --distill-share ${SHARE:-0.3} --certainty $CERT_C
 fi
@@ -67,5 +65,5 @@ while [ ${#P[@]} -gt 0 ]; do
   done
 done
 tar czf $OUT/text.tgz -C $T trainA.out trainB.out trainC.out runA/train.log.jsonl runB/train.log.jsonl \
-  runC/train.log.jsonl outA/config.json data/train/info.json teacher.out teacher/info.json 2>/dev/null
+  runC/train.log.jsonl outA/config.json data/train/info.json corpus.out teacher.out runB/distill/info.json 2>/dev/null
 ls -la $OUT; echo "done at +$(el)s"

@@ -184,6 +184,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --distill: contexts the teacher decodes at once (default: model.distill's "
         "TEACHER_BATCH, sized for a CPU; a GPU takes hundreds)",
     )
+    p.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="build what is missing of the corpus (and, with --distill, the teacher rows in RUN/distill), "
+        "then stop before training: a lent GPU's script builds them first, so the training's "
+        "--time-budget counts from when it can start",
+    )
     p.set_defaults(func=run)
 
 
@@ -282,6 +289,9 @@ def run(args: argparse.Namespace) -> int:
         distill_dir = args.run / "distill"
         if not (distill_dir / "info.json").exists():
             build_teacher_rows(args, data, distill_dir)
+    if args.prepare_only:
+        print(f"prepared {data}" + (f" and {distill_dir}" if distill_dir else "") + "; not training")
+        return 0
     cfg = TrainConfig(
         run_dir=args.run,
         data_dir=data,

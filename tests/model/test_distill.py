@@ -169,3 +169,17 @@ def test_certainty_term_is_the_entropy_of_right_predictions_on_teacher_rows() ->
     assert stats["entropy"] > 0 and torch.allclose(some, base + 2.0 * stats["entropy"], atol=1e-5)
     some.backward()  # it trains: the term has a gradient
     assert model.embed.weight.grad is not None
+
+
+def test_prepare_only_builds_the_teacher_rows_and_does_not_train(shipped_engine, tmp_path) -> None:
+    tok = shipped_engine.tok
+    _corpus(tok, tmp_path / "data" / "train", n=6)
+    tok.save(tmp_path / "data" / "tokenizer.json")
+    run = tmp_path / "r"
+    cmd = [sys.executable, "-m", "editserver.cli", "train", "--run", str(run), "--data", str(tmp_path / "data")]
+    cmd += ["--distill", "3", "--distill-batch", "3", "--threads", "1", "--prepare-only"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "not training" in r.stdout
+    assert RowStore(run / "distill").n >= 3  # one or two canvases per answered context
+    assert not (run / "state.pt").exists() and not (run / "checkpoint").exists()
