@@ -176,8 +176,9 @@ def test_prepare_only_builds_the_teacher_rows_and_does_not_train(shipped_engine,
     _corpus(tok, tmp_path / "data" / "train", n=6)
     tok.save(tmp_path / "data" / "tokenizer.json")
     run = tmp_path / "r"
-    cmd = [sys.executable, "-m", "editserver.cli", "train", "--run", str(run), "--data", str(tmp_path / "data")]
-    cmd += ["--distill", "3", "--distill-batch", "3", "--threads", "1", "--prepare-only"]
+    cmd = [sys.executable, "-m", "editserver.cli", "train", "--run", str(run)]
+    cmd += ["--data", str(tmp_path / "data"), "--distill", "3", "--distill-batch", "3"]
+    cmd += ["--threads", "1", "--prepare-only"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "not training" in r.stdout
