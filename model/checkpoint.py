@@ -85,8 +85,40 @@ def update_inference_config(directory: str | Path, **changes) -> None:
     path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
-def export_checkpoint(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.bfloat16, **meta) -> Path:
-    """Copy a checkpoint with weights cast to ``dtype`` (bf16 halves the shipped default's size)."""
+def average_weights(model: Transformer, other: Checkpoint, share: float) -> None:
+    """Set ``model``'s weights to ``share * model + (1 - share) * other``, in fp32, in place.
+
+    Why: a continuation that gains one skill and loses another (session 21: FIM up, renames copied
+    less exactly) and the model it started from lie in one basin, so their average keeps much of
+    both (weight averaging, "model soups", Wortsman et al. 2022). Only checkpoints of the same
+    shape and tokenizer can be averaged.
+    """
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"the averaging share must be in [0, 1], got {share}")
+    if other.config.to_dict() != model.cfg.to_dict():
+        raise ValueError("cannot average checkpoints of different model shapes")
+    theirs = other.model.state_dict()
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            v.copy_(share * v.float() + (1.0 - share) * theirs[k].to(v.device, torch.float32))
+
+
+def export_checkpoint(
+    src: str | Path,
+    dst: str | Path,
+    dtype: torch.dtype = torch.bfloat16,
+    average_with: str | Path | None = None,
+    share: float = 0.5,
+    **meta,
+) -> Path:
+    """Copy a checkpoint with weights cast to ``dtype`` (bf16 halves the shipped default's size),
+    optionally averaged with ``average_with``'s weights first (``share`` is ``src``'s weight)."""
     ck = load_checkpoint(src)
+    if average_with is not None:
+        other = load_checkpoint(average_with)
+        if other.tokenizer.vocab_size != ck.tokenizer.vocab_size:
+            raise ValueError("cannot average checkpoints with different tokenizers")
+        average_weights(ck.model, other, share)
+        meta = {"averaged_with": f"{share:g} of this run, {1 - share:g} of {average_with}", **meta}
     save_checkpoint(dst, ck.model, ck.tokenizer, ck.inference, {**ck.meta, **meta}, dtype=dtype)
     return Path(dst)

@@ -92,6 +92,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="weights dtype for --export (fp32 keeps full precision for continuing training with --init)",
     )
     p.add_argument(
+        "--average-with",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --export: average RUN's weights with checkpoint DIR's (same shape and tokenizer) "
+        "before casting, e.g. a continuation with the model it started from (default: no averaging)",
+    )
+    p.add_argument(
+        "--average-share",
+        type=float,
+        default=0.5,
+        help="with --average-with: RUN's weight in the average, DIR's is 1 minus it (default 0.5)",
+    )
+    p.add_argument(
         "--time-budget",
         type=float,
         default=None,
@@ -206,7 +220,16 @@ def run(args: argparse.Namespace) -> int:
         from model.checkpoint import export_checkpoint
 
         dtype = torch.float32 if args.export_dtype == "fp32" else torch.bfloat16
-        out = export_checkpoint(args.run / "checkpoint", args.export, dtype)
+        if not 0.0 <= args.average_share <= 1.0:
+            print(f"--average-share must be in [0, 1], got {args.average_share}")
+            return 2
+        try:
+            out = export_checkpoint(
+                args.run / "checkpoint", args.export, dtype, args.average_with, args.average_share
+            )
+        except (FileNotFoundError, ValueError) as e:
+            print(f"cannot export: {e}")
+            return 2
         print(f"exported {args.run / 'checkpoint'} -> {out}")
         return 0
     if not 0.0 <= args.ordered_share <= 1.0:

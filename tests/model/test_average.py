@@ -1,0 +1,73 @@
+"""Weight averaging on export (``editserver train --export --average-with``): the exported weights
+are the stated mix of two checkpoints; mismatched checkpoints and shares are clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from model.checkpoint import load_checkpoint, save_checkpoint
+from model.config import ModelConfig
+from model.transformer import Transformer
+
+
+def _export(run: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "editserver.cli", "train", "--run", str(run), "--export", str(out)]
+    return subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=300)
+
+
+def _perturbed(src: Path, dst: Path) -> None:
+    ck = load_checkpoint(src)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for v in ck.model.state_dict().values():
+            v.add_(torch.randn(v.shape, generator=g))
+    save_checkpoint(dst, ck.model, ck.tokenizer, ck.inference, ck.meta)
+
+
+def test_export_averages_with_the_given_share(tiny_checkpoint, tmp_path) -> None:
+    import shutil
+
+    shutil.copytree(tiny_checkpoint, tmp_path / "run" / "checkpoint")
+    _perturbed(tiny_checkpoint, tmp_path / "other")
+    r = _export(tmp_path / "run", tmp_path / "out", "--average-with", str(tmp_path / "other"))
+    r2 = _export(
+        tmp_path / "run",
+        tmp_path / "out2",
+        "--average-with",
+        str(tmp_path / "other"),
+        "--average-share",
+        "0.25",
+    )
+    assert r.returncode == 0 and r2.returncode == 0, r.stdout + r.stderr + r2.stdout + r2.stderr
+    a = load_checkpoint(tiny_checkpoint).model.state_dict()
+    b = load_checkpoint(tmp_path / "other").model.state_dict()
+    for out, share in ((tmp_path / "out", 0.5), (tmp_path / "out2", 0.25)):
+        got = load_checkpoint(out).model.state_dict()
+        for k in a:
+            want = (share * a[k] + (1 - share) * b[k]).to(torch.bfloat16).float()  # exported in bf16
+            assert torch.equal(got[k], want), k
+    meta = json.loads((tmp_path / "out2" / "config.json").read_text())["meta"]
+    assert meta["averaged_with"].startswith("0.25 of this run, 0.75 of ")
+
+
+def test_averaging_mismatched_checkpoints_or_shares_is_an_error(tiny_checkpoint, tmp_path) -> None:
+    import shutil
+
+    shutil.copytree(tiny_checkpoint, tmp_path / "run" / "checkpoint")
+    ck = load_checkpoint(tiny_checkpoint)
+    wider = Transformer(ModelConfig.from_dict({**ck.config.to_dict(), "n_layers": ck.config.n_layers + 1}))
+    save_checkpoint(tmp_path / "wider", wider, ck.tokenizer)
+    r = _export(tmp_path / "run", tmp_path / "out", "--average-with", str(tmp_path / "wider"))
+    assert r.returncode == 2 and "different model shapes" in r.stdout
+    r = _export(tmp_path / "run", tmp_path / "out", "--average-with", str(tmp_path / "none"))
+    assert r.returncode == 2 and "not a checkpoint directory" in r.stdout
+    r = _export(
+        tmp_path / "run", tmp_path / "out", "--average-with", str(tiny_checkpoint), "--average-share", "1.5"
+    )
+    assert r.returncode == 2 and "--average-share" in r.stdout
+    assert not (tmp_path / "out").exists()
