@@ -184,16 +184,16 @@ def test_batch_of_unequal_canvases_matches_single(shipped_checkpoint) -> None:
 def test_single_line_request_also_tries_shorter_canvases(shipped_checkpoint) -> None:
     """With ``line_canvases`` a one-line request gets whichever of its own canvas and the shorter
     ones the model finds likelier, from one batch, exactly as decoding each alone would give. The
-    prompts were picked (for the session-16 model) so that each way wins at least once with a
-    different line."""
+    prompts and the 8-token short canvas were picked (for the session-21 model) so that each way
+    wins at least once with a different line."""
     engine = Engine.load(shipped_checkpoint)
-    with_short = dataclasses.replace(engine.inference, line_canvases=(24,))
+    with_short = dataclasses.replace(engine.inference, line_canvases=(8,))
     plain = dataclasses.replace(engine.inference, line_canvases=())
     line = SamplingOptions(stop=["\n"])
     prefixes = [
-        "if __name__ == ",
-        "def k(a, b):\n    if a > b:\n        return ",
+        "import ",
         "def f(n):\n    if n < 2:\n        return ",
+        "for i in range(",
     ]
     reqs = [FimRequest(p, "\n", max_tokens=32, options=line) for p in prefixes]
     engine.inference = with_short
@@ -201,7 +201,7 @@ def test_single_line_request_also_tries_shorter_canvases(shipped_checkpoint) -> 
     engine.inference = plain
     winners = []
     for r, g in zip(reqs, got):
-        own, short = engine.complete(r), engine.complete(dataclasses.replace(r, max_tokens=24))
+        own, short = engine.complete(r), engine.complete(dataclasses.replace(r, max_tokens=8))
         assert own.text != short.text
         want = short if line_likelihood(short) > line_likelihood(own) else own
         assert _same(g, want)
