@@ -83,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="do not train: copy RUN/checkpoint to DIR with bf16 weights (how the default is shipped)",
+        help="do not train: copy RUN/checkpoint (or --init's checkpoint, when given) to DIR with bf16 "
+        "weights (how the default is shipped)",
     )
     p.add_argument(
         "--export-dtype",
@@ -96,14 +97,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="with --export: average RUN's weights with checkpoint DIR's (same shape and tokenizer) "
+        help="with --export: average the exported weights with checkpoint DIR's (same shape and tokenizer) "
         "before casting, e.g. a continuation with the model it started from (default: no averaging)",
     )
     p.add_argument(
         "--average-share",
         type=float,
         default=0.5,
-        help="with --average-with: RUN's weight in the average, DIR's is 1 minus it (default 0.5)",
+        help="with --average-with: the exported checkpoint's weight in the average, DIR's is 1 minus it "
+        "(default 0.5)",
     )
     p.add_argument(
         "--time-budget",
@@ -223,14 +225,14 @@ def run(args: argparse.Namespace) -> int:
         if not 0.0 <= args.average_share <= 1.0:
             print(f"--average-share must be in [0, 1], got {args.average_share}")
             return 2
+        # a shipped checkpoint has no run directory: --init names it directly (averaging two exports)
+        src = args.init if args.init is not None else args.run / "checkpoint"
         try:
-            out = export_checkpoint(
-                args.run / "checkpoint", args.export, dtype, args.average_with, args.average_share
-            )
+            out = export_checkpoint(src, args.export, dtype, args.average_with, args.average_share)
         except (FileNotFoundError, ValueError) as e:
             print(f"cannot export: {e}")
             return 2
-        print(f"exported {args.run / 'checkpoint'} -> {out}")
+        print(f"exported {src} -> {out}")
         return 0
     if not 0.0 <= args.ordered_share <= 1.0:
         print(f"--ordered-share must be between 0 and 1, got {args.ordered_share}")

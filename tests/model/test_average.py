@@ -71,3 +71,25 @@ def test_averaging_mismatched_checkpoints_or_shares_is_an_error(tiny_checkpoint,
     )
     assert r.returncode == 2 and "--average-share" in r.stdout
     assert not (tmp_path / "out").exists()
+
+
+def test_export_from_a_checkpoint_given_by_init(tiny_checkpoint, tmp_path) -> None:
+    """A shipped checkpoint has no run directory: ``--init`` names the exported one directly."""
+    _perturbed(tiny_checkpoint, tmp_path / "other")
+    r = _export(
+        tmp_path / "no-run",
+        tmp_path / "out",
+        "--init",
+        str(tiny_checkpoint),
+        "--average-with",
+        str(tmp_path / "other"),
+        "--average-share",
+        "0.75",
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (tmp_path / "no-run").exists()
+    a = load_checkpoint(tiny_checkpoint).model.state_dict()
+    b = load_checkpoint(tmp_path / "other").model.state_dict()
+    got = load_checkpoint(tmp_path / "out").model.state_dict()
+    for k in a:
+        assert torch.equal(got[k], (0.75 * a[k] + 0.25 * b[k]).to(torch.bfloat16).float()), k
