@@ -29,6 +29,15 @@ def _perturbed(src: Path, dst: Path) -> None:
     save_checkpoint(dst, ck.model, ck.tokenizer, ck.inference, ck.meta)
 
 
+def _assert_average(out: Path, src: Path, other: Path, share: float) -> None:
+    """``out``'s weights are ``share`` of ``src``'s plus the rest of ``other``'s, exported in bf16."""
+    a = load_checkpoint(src).model.state_dict()
+    b = load_checkpoint(other).model.state_dict()
+    got = load_checkpoint(out).model.state_dict()
+    for k in a:
+        assert torch.equal(got[k], (share * a[k] + (1 - share) * b[k]).to(torch.bfloat16).float()), k
+
+
 def test_export_averages_with_the_given_share(tiny_checkpoint, tmp_path) -> None:
     import shutil
 
@@ -44,13 +53,8 @@ def test_export_averages_with_the_given_share(tiny_checkpoint, tmp_path) -> None
         "0.25",
     )
     assert r.returncode == 0 and r2.returncode == 0, r.stdout + r.stderr + r2.stdout + r2.stderr
-    a = load_checkpoint(tiny_checkpoint).model.state_dict()
-    b = load_checkpoint(tmp_path / "other").model.state_dict()
     for out, share in ((tmp_path / "out", 0.5), (tmp_path / "out2", 0.25)):
-        got = load_checkpoint(out).model.state_dict()
-        for k in a:
-            want = (share * a[k] + (1 - share) * b[k]).to(torch.bfloat16).float()  # exported in bf16
-            assert torch.equal(got[k], want), k
+        _assert_average(out, tiny_checkpoint, tmp_path / "other", share)
     meta = json.loads((tmp_path / "out2" / "config.json").read_text())["meta"]
     assert meta["averaged_with"].startswith("0.25 of this run, 0.75 of ")
 
@@ -88,8 +92,4 @@ def test_export_from_a_checkpoint_given_by_init(tiny_checkpoint, tmp_path) -> No
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert not (tmp_path / "no-run").exists()
-    a = load_checkpoint(tiny_checkpoint).model.state_dict()
-    b = load_checkpoint(tmp_path / "other").model.state_dict()
-    got = load_checkpoint(tmp_path / "out").model.state_dict()
-    for k in a:
-        assert torch.equal(got[k], (0.75 * a[k] + 0.25 * b[k]).to(torch.bfloat16).float()), k
+    _assert_average(tmp_path / "out", tiny_checkpoint, tmp_path / "other", 0.75)
