@@ -119,6 +119,6 @@ def export_checkpoint(
         if other.tokenizer.vocab_size != ck.tokenizer.vocab_size:
             raise ValueError("cannot average checkpoints with different tokenizers")
         average_weights(ck.model, other, share)
-        meta = {"averaged_with": f"{share:g} of this run, {1 - share:g} of {average_with}", **meta}
+        meta = {"averaged_with": f"{share:g} of {src}, {1 - share:g} of {average_with}", **meta}
     save_checkpoint(dst, ck.model, ck.tokenizer, ck.inference, {**ck.meta, **meta}, dtype=dtype)
     return Path(dst)

@@ -56,7 +56,7 @@ def test_export_averages_with_the_given_share(tiny_checkpoint, tmp_path) -> None
     for out, share in ((tmp_path / "out", 0.5), (tmp_path / "out2", 0.25)):
         _assert_average(out, tiny_checkpoint, tmp_path / "other", share)
     meta = json.loads((tmp_path / "out2" / "config.json").read_text())["meta"]
-    assert meta["averaged_with"].startswith("0.25 of this run, 0.75 of ")
+    assert meta["averaged_with"] == f"0.25 of {tmp_path / 'run' / 'checkpoint'}, 0.75 of {tmp_path / 'other'}"
 
 
 def test_averaging_mismatched_checkpoints_or_shares_is_an_error(tiny_checkpoint, tmp_path) -> None:
@@ -93,3 +93,5 @@ def test_export_from_a_checkpoint_given_by_init(tiny_checkpoint, tmp_path) -> No
     assert r.returncode == 0, r.stdout + r.stderr
     assert not (tmp_path / "no-run").exists()
     _assert_average(tmp_path / "out", tiny_checkpoint, tmp_path / "other", 0.75)
+    meta = json.loads((tmp_path / "out" / "config.json").read_text())["meta"]
+    assert meta["averaged_with"] == f"0.75 of {tiny_checkpoint}, 0.25 of {tmp_path / 'other'}"
