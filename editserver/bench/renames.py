@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-region-chars", type=int, default=400)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    p.add_argument("--effort", default=None, help="instant|low|medium|high (default: the checkpoint's)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.set_defaults(func=run)
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from model.api import EditRequest, Engine
+    from model.api import EditRequest, Engine, SamplingOptions
     from model.draft import apply_renames, history_renames
     from model.prompt import build_prompt
 
@@ -101,11 +102,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"no rename examples in the held-out records of {args.edits}")
         return 2
     engine = Engine.load(args.model)
+    effort = args.effort or engine.inference.default_effort
+    if effort not in engine.inference.efforts:
+        print(f"unknown effort {effort!r}; this checkpoint has {', '.join(engine.inference.efforts)}")
+        return 2
     lat, samples = [], []
     exact = propagated = changed = shown = toks = steps = draft_exact = 0
     t0 = time.time()
     for p, answer, old, new in tqdm(exs, desc="renames", file=sys.stderr):
-        c = engine.complete(EditRequest(build_prompt(p)))
+        c = engine.complete(EditRequest(build_prompt(p), options=SamplingOptions(effort=effort)))
         lat.append(c.latency_s * 1000)
         toks, steps = toks + c.completion_tokens, steps + c.steps
         ok = c.text == answer
@@ -125,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         "shown": shown / n,
         "tokens_per_step": toks / max(1, steps),
         "latency_ms": {"p50": percentile(lat, 0.5), "p95": percentile(lat, 0.95)},
+        "effort": effort,
         "model": str(args.model or "shipped default"),
         "checkpoint_meta": engine.ck.meta,
         "selectivity_threshold": engine.inference.selectivity_threshold,

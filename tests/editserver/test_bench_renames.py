@@ -39,16 +39,20 @@ def test_bench_renames_end_to_end(tiny_checkpoint, tmp_path) -> None:
     out = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "editserver.cli", "bench", "renames", "--edits", str(tmp_path)]
     r = subprocess.run(
-        [*cmd, "--model", str(tiny_checkpoint), "--limit", "3", "--json", str(out)],
+        [*cmd, "--model", str(tiny_checkpoint), "--limit", "3", "--effort", "low", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
     d = json.loads(out.read_text())
-    assert d["n"] == len(d["samples"]) > 0
+    assert d["n"] == len(d["samples"]) > 0 and d["effort"] == "low"
     for k in ("exact_match", "draft_exact", "propagated", "changed", "shown"):
         assert 0.0 <= d[k] <= 1.0
     assert d["latency_ms"]["p50"] > 0 and "propagated" in r.stdout
+    bad = subprocess.run(
+        [*cmd, "--model", str(tiny_checkpoint), "--effort", "fast"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "unknown effort 'fast'" in bad.stdout
     missing = subprocess.run([*cmd[:-1], str(tmp_path / "nope")], capture_output=True, text=True)
     assert missing.returncode == 2 and "not found" in missing.stdout
