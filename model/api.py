@@ -193,11 +193,16 @@ class Engine:
         ids = self.tok.encode(req.prompt) if fitted is None else fitted[1]
         return [*ids, self.tok.rewrite_id], parsed, canvas
 
-    def _rule(self, o: SamplingOptions) -> tuple[UnmaskRule, int]:
-        effort = o.effort or self.inference.default_effort
+    def resolve_effort(self, effort: str | None) -> str:
+        """The effort a request runs at (None: the checkpoint's default); ValueError naming the
+        checkpoint's efforts for any other name, so callers check up front with the same words."""
+        effort = effort or self.inference.default_effort
         if effort not in self.inference.efforts:
             raise ValueError(f"effort must be one of {sorted(self.inference.efforts)}, got {effort!r}")
-        preset = self.inference.efforts[effort]
+        return effort
+
+    def _rule(self, o: SamplingOptions) -> tuple[UnmaskRule, int]:
+        preset = self.inference.efforts[self.resolve_effort(o.effort)]
         block = o.block_size if o.block_size is not None else preset.block_size
         if block < 1:
             raise ValueError(f"block_size must be at least 1, got {block}")

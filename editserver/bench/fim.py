@@ -32,6 +32,8 @@ from pathlib import Path
 
 from editserver.replay.metrics import percentile
 
+L2R_CE_MAX_TOKENS = 64  # canvases up to this long also get the left-to-right cross-entropy
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fim", help="HumanEval infilling: pass@1, exact match, latency, tokens/step")
@@ -181,7 +183,11 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(args.model)
     if args.fim_window is not None:
         engine.inference.window_tokens = args.fim_window or None
-    effort = args.effort or engine.inference.default_effort
+    try:
+        effort = engine.resolve_effort(args.effort)
+    except ValueError as e:  # before the cross-entropy pass, not a traceback minutes later
+        print(e)
+        return 2
     single = "singleline" in args.suite.name and not args.keep_lines
     max_tokens = args.max_tokens or (32 if "singleline" in args.suite.name else 128)
     tasks = load_suite(args.suite, args.limit, args.seed)
@@ -190,12 +196,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     t0 = time.time()
     # decoding-independent, so measured once: how likely the model finds each canonical infill, from
-    # a fully masked canvas and written left to right (model/api.py Engine.middle_ce)
+    # a fully masked canvas and written left to right (model/api.py Engine.middle_ce). Left to right
+    # runs one full row per answer token, so its cost grows with the square of the canvas: a 128-token
+    # multi-line canvas would take a minute a task on two cores; such suites report it as null.
+    l2r = max_tokens <= L2R_CE_MAX_TOKENS
     ce, ce_l2r = [], []
     for t in tasks:
         req = FimRequest(t["prompt"], t["suffix"], max_tokens=max_tokens)
         ce.append(engine.middle_ce(req, t["canonical_solution"]))
-        ce_l2r.append(engine.middle_ce(req, t["canonical_solution"], left_to_right=True))
+        if l2r:
+            ce_l2r.append(engine.middle_ce(req, t["canonical_solution"], left_to_right=True))
     kw = dict(
         effort=effort,
         max_tokens=max_tokens,
@@ -217,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     result.update(
         {
             "middle_ce": sum(ce) / len(ce),
-            "middle_ce_l2r": sum(ce_l2r) / len(ce_l2r),
+            "middle_ce_l2r": sum(ce_l2r) / len(ce_l2r) if ce_l2r else None,
             "suite": args.suite.name,
             "effort": effort,
             "threshold": engine.inference.efforts[effort].threshold,
@@ -242,10 +252,12 @@ def run(args: argparse.Namespace) -> int:
             f"{name:16} {r['n']:5d} {r['pass_at_1']:7.1%} {r['exact_match']:7.1%} {r['tokens_per_step']:9.2f} "
             f"{r['latency_ms']['p50']:8.1f} {r['latency_ms']['p95']:8.1f}"
         )
-    print(
-        f"canonical infill cross-entropy: {result['middle_ce']:.3f} nats/token fully masked, "
+    l2r_text = (
         f"{result['middle_ce_l2r']:.3f} written left to right"
+        if result["middle_ce_l2r"] is not None
+        else f"left to right not measured (canvas over {L2R_CE_MAX_TOKENS} tokens)"
     )
+    print(f"canonical infill cross-entropy: {result['middle_ce']:.3f} nats/token fully masked, {l2r_text}")
     if "speedup_p50" in result:
         print(
             f"speedup (p50 latency, sequential/parallel): {result['speedup_p50']:.2f}x; "

@@ -102,9 +102,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"no rename examples in the held-out records of {args.edits}")
         return 2
     engine = Engine.load(args.model)
-    effort = args.effort or engine.inference.default_effort
-    if effort not in engine.inference.efforts:
-        print(f"unknown effort {effort!r}; this checkpoint has {', '.join(engine.inference.efforts)}")
+    try:
+        effort = engine.resolve_effort(args.effort)
+    except ValueError as e:
+        print(e)
         return 2
     lat, samples = [], []
     exact = propagated = changed = shown = toks = steps = draft_exact = 0

@@ -6,8 +6,9 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-from editserver.bench.fim import first_line, passes, percentile
+from editserver.bench.fim import L2R_CE_MAX_TOKENS, first_line, passes, percentile
 
 TASK = {
     "task_id": "T/0",
@@ -42,14 +43,18 @@ def test_first_line_and_percentile() -> None:
     assert percentile([1, 2, 3, 4], 0.5) == 2.5 and percentile([], 0.5) is None
 
 
-def _bench(checkpoint, tmp_path, max_tokens: int) -> dict:
+def _run(checkpoint, tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
     suite = tmp_path / "mini-singleline-infilling.jsonl.gz"
     with gzip.open(suite, "wt") as fh:
         fh.write(json.dumps(TASK) + "\n")
     out = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "editserver.cli", "bench", "fim", "--suite", str(suite)]
-    cmd += ["--model", str(checkpoint), "--json", str(out), "--max-tokens", str(max_tokens)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    cmd += ["--model", str(checkpoint), "--json", str(out), *args]
+    return subprocess.run(cmd, capture_output=True, text=True), out
+
+
+def _bench(checkpoint, tmp_path, max_tokens: int, *args: str) -> dict:
+    r, out = _run(checkpoint, tmp_path, "--max-tokens", str(max_tokens), *args)
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text())
 
@@ -67,3 +72,15 @@ def test_one_token_canvases_agree_with_one_token_per_step(tiny_checkpoint, tmp_p
     """With a one-token canvas both modes commit the same argmax: parallel unmasking changes nothing."""
     d = _bench(tiny_checkpoint, tmp_path, 1)
     assert d["agreement"] == 1.0 and d["samples"] == d["sequential"]["samples"]
+
+
+def test_long_canvases_skip_the_left_to_right_cross_entropy(tiny_checkpoint, tmp_path) -> None:
+    """One row per answer token: a multi-line canvas reports null instead of taking hours."""
+    d = _bench(tiny_checkpoint, tmp_path, L2R_CE_MAX_TOKENS + 1, "--no-sequential")
+    assert d["middle_ce"] > 0 and d["middle_ce_l2r"] is None and "sequential" not in d
+
+
+def test_an_unknown_effort_is_refused_before_any_work(tiny_checkpoint, tmp_path) -> None:
+    r, out = _run(tiny_checkpoint, tmp_path, "--effort", "fast")
+    assert r.returncode == 2 and "got 'fast'" in r.stdout and "Traceback" not in r.stderr
+    assert not out.exists()
