@@ -193,16 +193,19 @@ class Engine:
         ids = self.tok.encode(req.prompt) if fitted is None else fitted[1]
         return [*ids, self.tok.rewrite_id], parsed, canvas
 
-    def resolve_effort(self, effort: str | None) -> str:
-        """The effort a request runs at (None: the checkpoint's default); ValueError naming the
-        checkpoint's efforts for any other name, so callers check up front with the same words."""
+    def resolve_effort(self, effort: str | None, edit: bool = False) -> str:
+        """The effort a request runs at (None: the checkpoint's default, its ``edit_effort`` for a
+        next-edit request); ValueError naming the checkpoint's efforts for any other name, so callers
+        check up front with the same words."""
+        if not effort and edit:
+            effort = self.inference.edit_effort
         effort = effort or self.inference.default_effort
         if effort not in self.inference.efforts:
             raise ValueError(f"effort must be one of {sorted(self.inference.efforts)}, got {effort!r}")
         return effort
 
-    def _rule(self, o: SamplingOptions) -> tuple[UnmaskRule, int]:
-        preset = self.inference.efforts[self.resolve_effort(o.effort)]
+    def _rule(self, o: SamplingOptions, edit: bool) -> tuple[UnmaskRule, int]:
+        preset = self.inference.efforts[self.resolve_effort(o.effort, edit)]
         block = o.block_size if o.block_size is not None else preset.block_size
         if block < 1:
             raise ValueError(f"block_size must be at least 1, got {block}")
@@ -241,7 +244,7 @@ class Engine:
         if len(kinds) != 1:
             raise ValueError("a batch holds requests of one kind")
         o = reqs[0].options
-        rule, block = self._rule(o)
+        rule, block = self._rule(o, edit=kinds == {EditRequest})
         parsed: list[EditPrompt | None] = [None] * len(reqs)
         contexts, canvas_lens = [], []
         for i, r in enumerate(reqs):

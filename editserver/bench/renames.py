@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     engine = Engine.load(args.model)
     try:
-        effort = engine.resolve_effort(args.effort)
+        effort = engine.resolve_effort(args.effort, edit=True)
     except ValueError as e:
         print(e)
         return 2

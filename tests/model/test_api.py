@@ -48,12 +48,30 @@ def test_effort_with_gamma_uses_the_joint_rule(engine: Engine) -> None:
     efforts = {**engine.inference.efforts, "low": EffortPreset(threshold=0.9, block_size=32, gamma=1e6)}
     eng = copy.copy(engine)  # the module's engine keeps its own presets
     eng.inference = dataclasses.replace(engine.inference, efforts=efforts)
-    assert eng._rule(SamplingOptions(effort="low")) == (JointRule(1e6, 0.9), 32)
+    assert eng._rule(SamplingOptions(effort="low"), edit=False) == (JointRule(1e6, 0.9), 32)
     # a request's own threshold still means the threshold rule
-    assert eng._rule(SamplingOptions(effort="low", threshold=0.5)) == (ThresholdRule(0.5), 32)
+    assert eng._rule(SamplingOptions(effort="low", threshold=0.5), edit=False) == (ThresholdRule(0.5), 32)
     # a bound this loose commits the whole canvas in one step, as threshold 0 does
     req = FimRequest("x = ", "", max_tokens=16, options=SamplingOptions(effort="low"))
     assert eng.complete(req).steps == 1
+
+
+def test_next_edits_default_to_the_edit_effort(engine: Engine) -> None:
+    from model.config import EffortPreset, InferenceConfig
+
+    eng = copy.copy(engine)
+    efforts = {**engine.inference.efforts, "instant": EffortPreset(threshold=0.0, block_size=4096)}
+    eng.inference = dataclasses.replace(engine.inference, efforts=efforts, edit_effort="instant")
+    assert eng.resolve_effort(None, edit=True) == "instant"
+    assert eng.resolve_effort(None) == eng.inference.default_effort  # FIM keeps the default
+    assert eng.resolve_effort("high", edit=True) == "high"  # a request's own effort wins
+    prompt = build_prompt(EditPrompt("a.py", "import os\n", "def f(x):\n    return x\n", 4, "\nf(1)\n"))
+    edit = eng.complete(EditRequest(prompt))
+    named = eng.complete(EditRequest(prompt, options=SamplingOptions(effort="instant")))
+    slow = eng.complete(EditRequest(prompt, options=SamplingOptions(effort="high")))
+    assert (edit.text, edit.steps) == (named.text, named.steps) and edit.steps == 1 < slow.steps
+    with pytest.raises(ValueError, match="edit_effort 'fast'"):
+        InferenceConfig.from_dict({"edit_effort": "fast"})
 
 
 def test_block_size_override(engine: Engine) -> None:
