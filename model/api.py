@@ -212,7 +212,7 @@ class Engine:
         if o.sequential:
             return TopKRule(1), block
         if o.threshold is None and preset.gamma is not None:
-            return JointRule(preset.gamma, preset.threshold), block
+            return JointRule(preset.gamma, preset.threshold, preset.margin), block
         return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), block
 
     # ---- entry point ---------------------------------------------------------------------------

@@ -74,6 +74,8 @@ class EffortPreset:
     block_size: int  # semi-autoregressive block length
     # when set, sampler.JointRule: the joint error bound (nats), plus every token clearing threshold
     gamma: float | None = None
+    # the joint rule reads the top-2 margin p1 - p2 as each token's certainty, not p1 (sampler.py)
+    margin: bool = False
 
 
 @dataclass

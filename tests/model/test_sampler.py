@@ -62,7 +62,7 @@ def test_joint_rule_decodes_in_fewer_steps_than_one_per_step(model: Transformer)
     assert joint.steps < one.steps and (joint.tokens != MASK).all()
 
 
-@pytest.mark.parametrize("rule", [ThresholdRule(0.5), JointRule(20.0)])
+@pytest.mark.parametrize("rule", [ThresholdRule(0.5), JointRule(20.0), JointRule(20.0, uses_margin=True)])
 def test_never_undecodes_and_each_step_progresses(model: Transformer, rule) -> None:
     res = _run(model, rule=rule, record=True)
     prev = None
@@ -246,3 +246,33 @@ def test_rows_with_nothing_left_to_decide_are_not_computed(model: Transformer, i
         )
         assert torch.equal(res.tokens[b], alone.tokens[0])
         assert torch.allclose(res.confidences[b], alone.confidences[0], atol=1e-5)
+
+
+class _Recorder:
+    """One token per step, recording the certainty the sampler hands the rule."""
+
+    def __init__(self, uses_margin: bool):
+        self.uses_margin, self.seen = uses_margin, []
+
+    def select(self, conf: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        self.seen.append(conf.clone())
+        return TopKRule(1).select(conf, active)
+
+
+def test_a_margin_rule_reads_the_gap_to_the_runner_up(model: Transformer) -> None:
+    ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(0))
+    ids = torch.cat([ctx, torch.full((2, 24), MASK)], dim=1)
+    logits = model(ids, context_lens=torch.tensor([20, 20]))[:, 20:28].float()  # [2, 8, V] block 0
+    logits[..., MASK] = float("-inf")  # never proposed
+    two = logits.softmax(-1).topk(2, dim=-1).values  # [2, 8, 2]
+    rules = {m: _Recorder(m) for m in (False, True)}
+    runs = {m: _run(model, rule=r) for m, r in rules.items()}
+    p1, gap = rules[False].seen[0], rules[True].seen[0]  # [2, 8] at the first step
+    # implied end-of-text positions enter as 0 (informative); every other one is p1 or p1 - p2
+    real = p1 > 0
+    assert torch.allclose(p1[real], two[..., 0][real], atol=1e-5)
+    assert torch.allclose(gap[real], (two[..., 0] - two[..., 1])[real], atol=1e-5)
+    assert bool((gap[real] < p1[real]).all())
+    # scores stay p1: every committed token's confidence is its probability under either rule
+    for res in runs.values():
+        assert bool(((res.confidences > 0) & (res.confidences <= 1)).all())
