@@ -149,8 +149,12 @@ def prepare(
             train_recs = train_recs[:max_records]
     if extra_records:
         # a user's own repository: hold out every tenth commit for validation
-        for r in extra_records:
-            (val_recs if int(r["sha"][:8], 16) % 10 == 0 else train_recs).append(r)
+        held = [r for r in extra_records if int(r["sha"][:8], 16) % 10 == 0]
+        kept = [r for r in extra_records if int(r["sha"][:8], 16) % 10 != 0]
+        # a tiny history can hash every commit into the held-out tenth: then train on all of it
+        # (validation overlaps training, which beats refusing a repository a user pointed us at)
+        train_recs += kept or held
+        val_recs += held
     # files as they were before each commit add Go/Rust/JS/TS code to the plain and FIM tasks
     seen: set[tuple[str, str]] = set()
     for r in train_recs:

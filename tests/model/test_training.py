@@ -335,3 +335,40 @@ def test_compiled_training_matches_eager(tmp_path) -> None:
     assert not torch.allclose(init.state_dict()[wq], weights[False][wq].float()), "3 steps changed nothing"
     for k, w in weights[False].items():
         torch.testing.assert_close(weights[True][k], w, rtol=1e-3, atol=1e-4)
+
+
+def test_fine_tune_data_keeps_a_tiny_history_whose_commits_all_hash_to_validation(
+    tiny_checkpoint, tmp_path
+) -> None:
+    """Every tenth commit (by sha) is held out; a history where that is every commit still trains.
+
+    A commit's sha depends on its time, so the git test above hits this one run in a hundred."""
+    import git
+
+    from model.data import RowStore
+    from model.gitmine import mine_repo
+    from model.train import prepare
+
+    repo = git.Repo.init(tmp_path / "proj")
+    src = tmp_path / "proj" / "calc.py"
+    for n, name in enumerate(["helper", "assist", "support"]):
+        src.write_text(f"def {name}(x, k):\n    return x + k\n\n\nprint({name}(1, 2))\n")
+        repo.index.add([str(src)])
+        repo.index.commit(f"rename {n}")
+    records = list(mine_repo(tmp_path / "proj"))
+    assert len(records) == 2
+    for r in records:
+        r["sha"] = "0000000a" + r["sha"][8:]  # 10 % 10 == 0: in the held-out tenth
+    data = tmp_path / "data"
+    prepare(
+        data,
+        None,
+        n_train=8,
+        n_val=4,
+        seq_len=256,
+        tokenizer_path=tiny_checkpoint / "tokenizer.json",
+        code_files=[],
+        extra_records=records,
+    )
+    assert json.loads((data / "train" / "info.json").read_text())["files"] == 1
+    assert len(RowStore(data / "train").ids) == 8
