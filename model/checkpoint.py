@@ -57,13 +57,18 @@ def save_checkpoint(
     (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
+def check_checkpoint_dir(d: Path) -> None:
+    """Raise FileNotFoundError naming what ``d`` lacks to be a checkpoint directory."""
+    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (d / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{d} is not a checkpoint directory (missing {', '.join(missing)})")
+
+
 def load_checkpoint(
     directory: str | Path | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32
 ) -> Checkpoint:
     d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
-    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (d / f).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{d} is not a checkpoint directory (missing {', '.join(missing)})")
+    check_checkpoint_dir(d)
     cfg = json.loads((d / "config.json").read_text())
     model = Transformer(ModelConfig.from_dict(cfg["model"]))
     state = load_file(str(d / "model.safetensors"))

@@ -180,7 +180,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = Engine.load(args.model)
+    try:
+        engine = Engine.load(args.model)
+    except FileNotFoundError as e:  # a mistyped --model: say so, not a traceback
+        print(e)
+        return 2
     if args.fim_window is not None:
         engine.inference.window_tokens = args.fim_window or None
     try:

@@ -241,7 +241,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from editserver.bench.load import LOOPBACK, LocalServer
+    from editserver.bench.load import LOOPBACK, LocalServer, ServerStartError
 
     if not 1 <= args.samples <= MAX_SAMPLES:
         print(f"--samples must be 1..{MAX_SAMPLES}", file=sys.stderr)
@@ -257,10 +257,14 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         extra = ["--model", str(args.model)] if args.model else []
-        with LocalServer(extra, threads=args.threads) as server:
-            report = asyncio.run(
-                measure(server.url, args.samples, args.debounce_ms, args.next_edits, args.log_file)
-            )
+        try:
+            with LocalServer(extra, threads=args.threads) as server:
+                report = asyncio.run(
+                    measure(server.url, args.samples, args.debounce_ms, args.next_edits, args.log_file)
+                )
+        except ServerStartError as e:
+            print(str(e).rstrip(), file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps(report))
         return 0

@@ -75,6 +75,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class ServerStartError(RuntimeError):
+    """The benchmark's own ``editserver serve`` exited or never answered ``/health``; the message
+    carries its log (a bad ``--model``, a taken port), which the bench commands print as is."""
+
+
 class LocalServer:
     """``editserver serve`` in a subprocess on a free loopback port; a context manager.
 
@@ -102,7 +107,7 @@ class LocalServer:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"editserver serve exited with {self.proc.returncode}:\n{self.log()}")
+                raise ServerStartError(f"editserver serve exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
                     return self
@@ -110,7 +115,9 @@ class LocalServer:
                 pass
             time.sleep(0.2)
         self.__exit__(None, None, None)
-        raise TimeoutError(f"editserver serve did not answer within {self.startup_timeout}s:\n{self.log()}")
+        raise ServerStartError(
+            f"editserver serve did not answer within {self.startup_timeout}s:\n{self.log()}"
+        )
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -283,8 +290,12 @@ def run(args: argparse.Namespace) -> int:
             [[]] if not args.compare_max_batch else [["--max-batch", str(b)] for b in args.compare_max_batch]
         )
         for extra in variants:  # one server per variant, same load, back to back in this one run
-            with LocalServer(base + extra, threads=args.threads) as server:
-                reports.append(go(server.url))
+            try:
+                with LocalServer(base + extra, threads=args.threads) as server:
+                    reports.append(go(server.url))
+            except ServerStartError as e:
+                print(str(e).rstrip(), file=sys.stderr)
+                return 2
             labels.append(" ".join(extra) or "default")
     if len(reports) == 1:
         out: dict = reports[0].summary()

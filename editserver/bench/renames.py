@@ -101,7 +101,11 @@ def run(args: argparse.Namespace) -> int:
     if not exs:
         print(f"no rename examples in the held-out records of {args.edits}")
         return 2
-    engine = Engine.load(args.model)
+    try:
+        engine = Engine.load(args.model)
+    except FileNotFoundError as e:  # a mistyped --model: say so, not a traceback
+        print(e)
+        return 2
     try:
         effort = engine.resolve_effort(args.effort, edit=True)
     except ValueError as e:

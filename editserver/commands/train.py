@@ -211,7 +211,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from model.checkpoint import DEFAULT_CHECKPOINT
+    from model.checkpoint import DEFAULT_CHECKPOINT, check_checkpoint_dir
     from model.train import TrainConfig, prepare, train
 
     if args.run is None:
@@ -256,6 +256,13 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print(f"--workers must be at least 1, got {args.workers}")
         return 2
+    for flag, d in (("--init", args.init), ("--teacher", args.teacher)):
+        try:
+            if d is not None:
+                check_checkpoint_dir(d)
+        except FileNotFoundError as e:
+            print(f"{flag}: {e}")
+            return 2
     fine_tune = args.repo is not None
     args.steps = args.steps or (300 if fine_tune else 100_000)
     args.lr = args.lr or (3e-4 if fine_tune else 1.5e-3)
@@ -268,7 +275,11 @@ def run(args: argparse.Namespace) -> int:
 
         init = init or DEFAULT_CHECKPOINT
         if not (data / "train" / "info.json").exists():
-            records = list(mine_repo(args.repo, max_commits=args.max_commits))
+            try:
+                records = list(mine_repo(args.repo, max_commits=args.max_commits))
+            except ValueError as e:  # not a git repository, or git cannot list its commits
+                print(f"cannot fine-tune on {args.repo}: {e}")
+                return 2
             if not records:
                 print(f"no usable edits found in {args.repo}")
                 return 1

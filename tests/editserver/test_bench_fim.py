@@ -84,3 +84,9 @@ def test_an_unknown_effort_is_refused_before_any_work(tiny_checkpoint, tmp_path)
     r, out = _run(tiny_checkpoint, tmp_path, "--effort", "fast")
     assert r.returncode == 2 and "got 'fast'" in r.stdout and "Traceback" not in r.stderr
     assert not out.exists()
+
+
+def test_a_missing_model_is_a_message(tmp_path) -> None:
+    r, out = _run(tmp_path / "nope", tmp_path)
+    assert r.returncode == 2 and "not a checkpoint directory" in r.stdout and "Traceback" not in r.stderr
+    assert not out.exists()

@@ -56,3 +56,6 @@ def test_bench_renames_end_to_end(tiny_checkpoint, tmp_path) -> None:
     assert bad.returncode == 2 and "got 'fast'" in bad.stdout
     missing = subprocess.run([*cmd[:-1], str(tmp_path / "nope")], capture_output=True, text=True)
     assert missing.returncode == 2 and "not found" in missing.stdout
+    no_model = subprocess.run([*cmd, "--model", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert no_model.returncode == 2 and "not a checkpoint directory" in no_model.stdout
+    assert "Traceback" not in no_model.stderr

@@ -48,3 +48,19 @@ def test_load_refuses_non_loopback():
         asyncio.run(run_load("http://example.com:8000", clients=1, duration=1))
     with pytest.raises(ValueError, match="clients"):
         asyncio.run(run_load("http://127.0.0.1:9", clients=1000, duration=1))
+
+
+@pytest.mark.parametrize("bench", ["load", "latency"])
+def test_a_server_that_cannot_start_is_a_message(bench, tmp_path):
+    """``bench load``/``latency`` start their own server; a bad ``--model`` is its log, status 2."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "editserver.cli", "bench", bench, "--model", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "cannot load the model" in r.stderr and "Traceback" not in r.stderr

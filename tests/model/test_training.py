@@ -372,3 +372,34 @@ def test_fine_tune_data_keeps_a_tiny_history_whose_commits_all_hash_to_validatio
     )
     assert json.loads((data / "train" / "info.json").read_text())["files"] == 1
     assert len(RowStore(data / "train").ids) == 8
+
+
+def test_train_cli_repo_must_be_a_git_repository(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "plain").mkdir()
+    r = subprocess.run(
+        [sys.executable, "-m", "editserver.cli", "train", "--repo", str(tmp_path / "plain")]
+        + ["--run", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 2 and "not a git repository" in r.stdout and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("flag", ["--init", "--teacher"])
+def test_train_cli_names_a_missing_checkpoint(flag, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "editserver.cli", "train", flag, str(tmp_path / "none")]
+        + ["--run", str(tmp_path / "r"), "--steps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 2 and f"{flag}: " in r.stdout and "not a checkpoint directory" in r.stdout
+    assert "Traceback" not in r.stderr and not (tmp_path / "r").exists()
