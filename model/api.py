@@ -212,7 +212,8 @@ class Engine:
         if o.sequential:
             return TopKRule(1), block
         if o.threshold is None and preset.gamma is not None:
-            return JointRule(preset.gamma, preset.threshold, preset.margin), block
+            stable = preset.stable if preset.stable is not None else float("inf")
+            return JointRule(preset.gamma, preset.threshold, preset.margin, stable), block
         return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), block
 
     # ---- entry point ---------------------------------------------------------------------------

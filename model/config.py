@@ -76,6 +76,9 @@ class EffortPreset:
     gamma: float | None = None
     # the joint rule reads the top-2 margin p1 - p2 as each token's certainty, not p1 (sampler.py)
     margin: bool = False
+    # the joint rule also commits a token predicted the same at the previous step whose certainty
+    # (p1, or p1 - p2 with margin) is at least this (sampler.py, temporal stability); None: never
+    stable: float | None = None
 
 
 @dataclass
@@ -132,6 +135,11 @@ class InferenceConfig:
                 raise ValueError(f"line_canvases must be positive, got {d['line_canvases']}")
         names = {f.name for f in dataclasses.fields(cls)}
         cfg = cls(**{k: v for k, v in d.items() if k in names})
+        for name, e in cfg.efforts.items():  # a stability threshold only the joint rule reads
+            if e.stable is not None and (e.gamma is None or not 0.0 <= e.stable <= 1.0):
+                raise ValueError(
+                    f"effort {name!r}: stable needs a gamma and a value in [0, 1], got {e.stable}"
+                )
         for key in ("default_effort", "edit_effort"):  # a typo fails at load, not on a user's request
             name = getattr(cfg, key)
             if name is not None and name not in cfg.efforts:

@@ -74,6 +74,18 @@ def test_next_edits_default_to_the_edit_effort(engine: Engine) -> None:
         InferenceConfig.from_dict({"edit_effort": "fast"})
 
 
+def test_a_stability_threshold_needs_the_joint_rule_and_a_probability() -> None:
+    from model.config import InferenceConfig
+
+    low = {"threshold": 0.9, "block_size": 32, "gamma": 0.15, "stable": 0.3}
+    cfg = InferenceConfig.from_dict({"efforts": {"low": low}, "default_effort": "low"})
+    assert cfg.efforts["low"].stable == 0.3
+    assert InferenceConfig.from_dict(cfg.to_dict()) == cfg  # round-trips through config.json
+    for bad in ({**low, "gamma": None}, {**low, "stable": 1.5}):
+        with pytest.raises(ValueError, match="stable needs a gamma"):
+            InferenceConfig.from_dict({"efforts": {"low": bad}, "default_effort": "low"})
+
+
 def test_block_size_override(engine: Engine) -> None:
     # threshold 0 commits a whole block per step: the block size sets the step count
     wide = SamplingOptions(threshold=0.0, block_size=16)

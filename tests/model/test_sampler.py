@@ -252,10 +252,11 @@ class _Recorder:
     """One token per step, recording the certainty the sampler hands the rule."""
 
     def __init__(self, uses_margin: bool):
-        self.uses_margin, self.seen = uses_margin, []
+        self.uses_margin, self.seen, self.repeated = uses_margin, [], []
 
-    def select(self, conf: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    def select(self, conf: torch.Tensor, active: torch.Tensor, repeated: torch.Tensor) -> torch.Tensor:
         self.seen.append(conf.clone())
+        self.repeated.append(repeated.clone())
         return TopKRule(1).select(conf, active)
 
 
@@ -276,3 +277,32 @@ def test_a_margin_rule_reads_the_gap_to_the_runner_up(model: Transformer) -> Non
     # scores stay p1: every committed token's confidence is its probability under either rule
     for res in runs.values():
         assert bool(((res.confidences > 0) & (res.confidences <= 1)).all())
+
+
+def test_a_stable_joint_rule_adds_tokens_predicted_the_same_twice() -> None:
+    conf = torch.tensor([[0.9, 0.6, 0.4, 0.2], [0.5, 0.45, 0.3, 0.8]])
+    active = torch.tensor([[True, True, True, True], [True, True, True, False]])
+    repeated = torch.tensor([[False, True, True, True], [False, True, False, True]])
+    plain = JointRule(0.0).select(conf, active)  # the most confident token alone
+    assert plain.tolist() == [[True, False, False, False], [True, False, False, False]]
+    assert torch.equal(JointRule(0.0).select(conf, active, repeated), plain)  # stable = inf: never
+    got = JointRule(0.0, stable=0.3).select(conf, active, repeated)
+    # repeated and at least 0.3 certain joins; 0.2 is too unsure; an inactive position never commits
+    assert got.tolist() == [[True, True, True, False], [True, True, False, False]]
+
+
+def test_repeated_marks_positions_predicted_the_same_at_the_previous_step(model: Transformer) -> None:
+    """The loop's record of each position's last prediction, checked against full forward passes
+    over the canvas before every step (block 0 of 8 positions: one token per step, 8 steps)."""
+    rule = _Recorder(False)
+    res = _run(model, rule=rule, record=True, canvas_len=8)
+    ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(0))  # _run's context
+    before = [torch.full((2, 8), MASK), *res.canvases[:-1]]
+    prev = torch.full((2, 8), -1)
+    for step, (canvas, after) in enumerate(zip(before, res.canvases)):
+        logits = model(torch.cat([ctx, canvas], 1), context_lens=torch.tensor([20, 20]))[:, 20:].float()
+        logits[..., MASK] = float("-inf")
+        pred, masked = logits.argmax(-1), canvas == MASK  # [2, 8]
+        assert torch.equal(rule.repeated[step], (pred == prev) & masked), f"step {step}"
+        prev = torch.where(masked & (after == MASK), pred, -1)
+    assert not rule.repeated[0].any() and any(r.any() for r in rule.repeated[1:])
