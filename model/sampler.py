@@ -24,8 +24,9 @@ Alg. 2 with low-confidence remasking). Design decisions:
   Scores (``confidences``) stay p1 either way: the selectivity thresholds were tuned on them.
 - Temporal stability (``JointRule.stable``): a masked position whose token is the one it was
   predicted at the previous step, from a canvas that has since changed, is committed when its
-  certainty clears ``stable``, beside the bound's set (the temporal self-consistency of Wang et al.
-  2025, "Time is a feature"). Two agreeing predictions from different contexts are evidence a single
+  certainty clears ``stable``, beside the bound's set. Wang et al. 2025 ("Time is a feature") vote
+  over whole answers across steps; here agreement across steps is a per-token commit criterion.
+  Two agreeing predictions from different contexts are evidence a single
   marginal is not: the bound stays tight for tokens seen once, and a token that survived its
   neighbours' commits joins without spending the budget (README, session 25: 15.1% at 1.90
   tokens/step against the bound alone's 15.2% at 1.74 and 14.1% at 1.91).

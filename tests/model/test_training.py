@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -18,6 +20,12 @@ from model.tokenizer import train_tokenizer
 from model.train import TrainConfig, train
 from model.transformer import Transformer
 from tests.conftest import CORPUS
+
+
+def _train_cli(*args: str) -> subprocess.CompletedProcess:
+    """``editserver train ARGS`` in a subprocess, as a user runs it."""
+    cmd = [sys.executable, "-m", "editserver.cli", "train", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
 def _tiny(vocab: int) -> Transformer:
@@ -153,8 +161,6 @@ def test_train_resumes_from_state(tmp_path) -> None:
 
 def test_fine_tune_on_a_git_repository(tiny_checkpoint, tmp_path) -> None:
     """``editserver train --repo`` mines the history with gitpython and continues from a checkpoint."""
-    import subprocess
-    import sys
 
     import git
 
@@ -216,31 +222,12 @@ def test_precision_auto_follows_the_hardware(monkeypatch) -> None:
 
 
 def test_train_cli_rejects_a_bad_mix(tmp_path) -> None:
-    import subprocess
-    import sys
-
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "editserver.cli",
-            "train",
-            "--run",
-            str(tmp_path / "r"),
-            "--mix",
-            "0.5,0.6,0.1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = _train_cli("--run", str(tmp_path / "r"), "--mix", "0.5,0.6,0.1")
     assert r.returncode == 2 and "--mix needs three or four" in r.stdout
 
 
 def test_train_cli_source_needs_python_files(tmp_path) -> None:
     """``--source DIR`` adds DIR's Python files to the corpus; a DIR without any is an error."""
-    import subprocess
-    import sys
 
     from model.data import python_source_files
 
@@ -250,21 +237,13 @@ def test_train_cli_source_needs_python_files(tmp_path) -> None:
     (tmp_path / "src" / "click" / "core.py").write_text("x = 1\n")
     assert [p.name for p in python_source_files([tmp_path / "src"])] == ["algo.py"]
     (tmp_path / "empty").mkdir()
-    r = subprocess.run(
-        [sys.executable, "-m", "editserver.cli", "train", "--run", str(tmp_path / "r")]
-        + ["--source", str(tmp_path / "empty")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = _train_cli("--run", str(tmp_path / "r"), "--source", str(tmp_path / "empty"))
     assert r.returncode == 2 and "no Python files under" in r.stdout
 
 
 def test_export_keeps_fp32_when_asked(tiny_checkpoint, tmp_path) -> None:
     """``--export-dtype fp32`` ships full-precision weights that a later run continues with --init."""
     import shutil
-    import subprocess
-    import sys
 
     from safetensors import safe_open
 
@@ -375,31 +354,13 @@ def test_fine_tune_data_keeps_a_tiny_history_whose_commits_all_hash_to_validatio
 
 
 def test_train_cli_repo_must_be_a_git_repository(tmp_path) -> None:
-    import subprocess
-    import sys
-
     (tmp_path / "plain").mkdir()
-    r = subprocess.run(
-        [sys.executable, "-m", "editserver.cli", "train", "--repo", str(tmp_path / "plain")]
-        + ["--run", str(tmp_path / "r")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = _train_cli("--repo", str(tmp_path / "plain"), "--run", str(tmp_path / "r"))
     assert r.returncode == 2 and "not a git repository" in r.stdout and "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("flag", ["--init", "--teacher"])
 def test_train_cli_names_a_missing_checkpoint(flag, tmp_path) -> None:
-    import subprocess
-    import sys
-
-    r = subprocess.run(
-        [sys.executable, "-m", "editserver.cli", "train", flag, str(tmp_path / "none")]
-        + ["--run", str(tmp_path / "r"), "--steps", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = _train_cli(flag, str(tmp_path / "none"), "--run", str(tmp_path / "r"), "--steps", "1")
     assert r.returncode == 2 and f"{flag}: " in r.stdout and "not a checkpoint directory" in r.stdout
     assert "Traceback" not in r.stderr and not (tmp_path / "r").exists()
