@@ -284,19 +284,15 @@ def run(args: argparse.Namespace) -> int:
                 print(f"no usable edits found in {args.repo}")
                 return 1
             print(f"mined {len(records)} file edits from {args.repo}", flush=True)
-            try:
-                prepare(
-                    data,
-                    None,
-                    n_train=args.rows,
-                    seq_len=args.seq_len,
-                    tokenizer_path=Path(init) / "tokenizer.json",
-                    code_files=[],
-                    extra_records=records,
-                )
-            except ValueError as e:  # nothing to learn from: say so rather than a traceback
-                print(f"cannot fine-tune on {args.repo}: {e}")
-                return 1
+            prepare(
+                data,
+                None,
+                n_train=args.rows,
+                seq_len=args.seq_len,
+                tokenizer_path=Path(init) / "tokenizer.json",
+                code_files=[],
+                extra_records=records,
+            )
     elif not (data / "train" / "info.json").exists():
         mix = tuple(float(x) for x in args.mix.split(","))
         if len(mix) not in (3, 4) or abs(sum(mix) - 1.0) > 1e-6 or min(mix) < 0:

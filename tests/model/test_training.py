@@ -22,10 +22,10 @@ from model.transformer import Transformer
 from tests.conftest import CORPUS
 
 
-def _train_cli(*args: str) -> subprocess.CompletedProcess:
+def _train_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``editserver train ARGS`` in a subprocess, as a user runs it."""
     cmd = [sys.executable, "-m", "editserver.cli", "train", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
 def _tiny(vocab: int) -> Transformer:
@@ -161,7 +161,6 @@ def test_train_resumes_from_state(tmp_path) -> None:
 
 def test_fine_tune_on_a_git_repository(tiny_checkpoint, tmp_path) -> None:
     """``editserver train --repo`` mines the history with gitpython and continues from a checkpoint."""
-
     import git
 
     repo = git.Repo.init(tmp_path / "proj")
@@ -172,33 +171,9 @@ def test_fine_tune_on_a_git_repository(tiny_checkpoint, tmp_path) -> None:
         repo.index.add([str(src)])
         repo.index.commit(f"rename {n}")
     run = tmp_path / "run"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "editserver.cli",
-            "train",
-            "--repo",
-            str(tmp_path / "proj"),
-            "--init",
-            str(tiny_checkpoint),
-            "--run",
-            str(run),
-            "--rows",
-            "16",
-            "--steps",
-            "2",
-            "--batch-size",
-            "2",
-            "--eval-every",
-            "1",
-            "--seq-len",
-            "256",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    args = ["--repo", str(tmp_path / "proj"), "--init", str(tiny_checkpoint), "--run", str(run)]
+    args += ["--rows", "16", "--steps", "2", "--batch-size", "2", "--eval-every", "1", "--seq-len", "256"]
+    r = _train_cli(*args, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "mined 2 file edits" in r.stdout
     ck = load_checkpoint(run / "checkpoint")
@@ -228,7 +203,6 @@ def test_train_cli_rejects_a_bad_mix(tmp_path) -> None:
 
 def test_train_cli_source_needs_python_files(tmp_path) -> None:
     """``--source DIR`` adds DIR's Python files to the corpus; a DIR without any is an error."""
-
     from model.data import python_source_files
 
     (tmp_path / "src" / "pkg").mkdir(parents=True)
@@ -250,13 +224,7 @@ def test_export_keeps_fp32_when_asked(tiny_checkpoint, tmp_path) -> None:
     shutil.copytree(tiny_checkpoint, tmp_path / "run" / "checkpoint")
     for dtype, want in (("fp32", "F32"), ("bf16", "BF16")):
         out = tmp_path / f"ship-{dtype}"
-        r = subprocess.run(
-            [sys.executable, "-m", "editserver.cli", "train", "--run", str(tmp_path / "run")]
-            + ["--export", str(out), "--export-dtype", dtype],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        r = _train_cli("--run", str(tmp_path / "run"), "--export", str(out), "--export-dtype", dtype)
         assert r.returncode == 0, r.stderr
         with safe_open(str(out / "model.safetensors"), "pt") as f:
             name = next(iter(f.keys()))
