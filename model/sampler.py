@@ -29,7 +29,8 @@ Alg. 2 with low-confidence remasking). Design decisions:
   Two agreeing predictions from different contexts are evidence a single
   marginal is not: the bound stays tight for tokens seen once, and a token that survived its
   neighbours' commits joins without spending the budget (README, session 25: 15.1% at 1.90
-  tokens/step against the bound alone's 15.2% at 1.74 and 14.1% at 1.91).
+  tokens/step against the bound alone's 15.2% at 1.74 and 14.1% at 1.91; session 26: with any
+  repeat committed, 14.3% at 2.07 against the p1 bound's 13.5% at 2.05).
 - Cache policy (``CachePolicy``): ``ContextCache`` runs the context once and reuses its keys/values at
   every step (exact, because the model's context never attends to the canvas; transformer.py).
   ``NoCache`` recomputes the whole sequence every step; it exists to test that the cache is exact.
@@ -116,7 +117,9 @@ class JointRule:
     threshold: float = float("inf")
     uses_margin: bool = False  # e_i = -log(p1 - p2) instead of -log p1 (module docstring)
     # Also commit a token predicted the same at the previous step with at least this certainty
-    # (module docstring, temporal stability; inf: never)
+    # (module docstring, temporal stability; inf: never). At 0 any repeat commits, implied
+    # end-of-text included (its certainty reads 0): that ends the canvas there, as predicted twice,
+    # without spending the step the bound's top-1 always takes.
     stable: float = float("inf")
 
     def select(
