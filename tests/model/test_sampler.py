@@ -289,6 +289,10 @@ def test_a_stable_joint_rule_adds_tokens_predicted_the_same_twice() -> None:
     got = JointRule(0.0, stable=0.3).select(conf, active, repeated)
     # repeated and at least 0.3 certain joins; 0.2 is too unsure; an inactive position never commits
     assert got.tolist() == [[True, True, True, False], [True, True, False, False]]
+    # stable 0 (the shipped instant): any repeat joins, even a certainty read as 0 (implied end-of-text)
+    conf[0, 3] = 0.0
+    got = JointRule(0.0, stable=0.0).select(conf, active, repeated)
+    assert got.tolist() == [[True, True, True, True], [True, True, False, False]]
 
 
 def test_repeated_marks_positions_predicted_the_same_at_the_previous_step(model: Transformer) -> None:
