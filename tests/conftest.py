@@ -8,6 +8,8 @@ model that writes sensible code use ``shipped_checkpoint`` (the committed defaul
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,12 @@ CORPUS = [
 def _fixed_seeds():
     random.seed(SEED)
     torch.manual_seed(SEED)
+
+
+def train_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``editserver train ARGS`` in a subprocess, as a user runs it."""
+    cmd = [sys.executable, "-m", "editserver.cli", "train", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
 def make_tiny_checkpoint(directory: Path) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -13,11 +12,11 @@ import torch
 from model.checkpoint import load_checkpoint, save_checkpoint
 from model.config import ModelConfig
 from model.transformer import Transformer
+from tests.conftest import train_cli
 
 
 def _export(run: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "editserver.cli", "train", "--run", str(run), "--export", str(out)]
-    return subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=300)
+    return train_cli("--run", str(run), "--export", str(out), *extra)
 
 
 def _perturbed(src: Path, dst: Path) -> None:

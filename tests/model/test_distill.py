@@ -4,8 +4,6 @@ answers in the training layout, and training takes its batches' share from them.
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +14,7 @@ from model.data import Row, RowBuilder, RowStore
 from model.diffusion import diffusion_loss
 from model.distill import TEACHER_CANVASES, build_distill_store, fim_texts
 from model.train import TrainConfig, _batch, _mixed_batch, train
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, train_cli
 
 
 def _corpus(tok, directory, n: int = 24, plain: int = 4) -> RowStore:
@@ -138,13 +136,7 @@ def test_distill_rows_of_another_length_are_an_error(tmp_path) -> None:
 
 @pytest.mark.parametrize("bad", [["--distill-share", "0"], ["--distill-batch", "0"]])
 def test_train_cli_rejects_bad_distill_options(tmp_path, bad: list[str]) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "editserver.cli", "train", "--run", str(tmp_path / "r"), "--distill", "10"]
-        + bad,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = train_cli("--run", str(tmp_path / "r"), "--distill", "10", *bad)
     assert r.returncode == 2 and bad[0] in r.stdout and not (tmp_path / "r").exists()
 
 
@@ -176,10 +168,8 @@ def test_prepare_only_builds_the_teacher_rows_and_does_not_train(shipped_engine,
     _corpus(tok, tmp_path / "data" / "train", n=6)
     tok.save(tmp_path / "data" / "tokenizer.json")
     run = tmp_path / "r"
-    cmd = [sys.executable, "-m", "editserver.cli", "train", "--run", str(run)]
-    cmd += ["--data", str(tmp_path / "data"), "--distill", "3", "--distill-batch", "3"]
-    cmd += ["--threads", "1", "--prepare-only"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    args = ["--run", str(run), "--data", str(tmp_path / "data"), "--distill", "3", "--distill-batch", "3"]
+    r = train_cli(*args, "--threads", "1", "--prepare-only")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "not training" in r.stdout
     assert RowStore(run / "distill").n >= 3  # one or two canvases per answered context

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -19,13 +17,7 @@ from model.optim import Optimizer
 from model.tokenizer import train_tokenizer
 from model.train import TrainConfig, train
 from model.transformer import Transformer
-from tests.conftest import CORPUS
-
-
-def _train_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``editserver train ARGS`` in a subprocess, as a user runs it."""
-    cmd = [sys.executable, "-m", "editserver.cli", "train", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+from tests.conftest import CORPUS, train_cli
 
 
 def _tiny(vocab: int) -> Transformer:
@@ -173,7 +165,7 @@ def test_fine_tune_on_a_git_repository(tiny_checkpoint, tmp_path) -> None:
     run = tmp_path / "run"
     args = ["--repo", str(tmp_path / "proj"), "--init", str(tiny_checkpoint), "--run", str(run)]
     args += ["--rows", "16", "--steps", "2", "--batch-size", "2", "--eval-every", "1", "--seq-len", "256"]
-    r = _train_cli(*args, timeout=600)
+    r = train_cli(*args, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "mined 2 file edits" in r.stdout
     ck = load_checkpoint(run / "checkpoint")
@@ -197,7 +189,7 @@ def test_precision_auto_follows_the_hardware(monkeypatch) -> None:
 
 
 def test_train_cli_rejects_a_bad_mix(tmp_path) -> None:
-    r = _train_cli("--run", str(tmp_path / "r"), "--mix", "0.5,0.6,0.1")
+    r = train_cli("--run", str(tmp_path / "r"), "--mix", "0.5,0.6,0.1")
     assert r.returncode == 2 and "--mix needs three or four" in r.stdout
 
 
@@ -211,7 +203,7 @@ def test_train_cli_source_needs_python_files(tmp_path) -> None:
     (tmp_path / "src" / "click" / "core.py").write_text("x = 1\n")
     assert [p.name for p in python_source_files([tmp_path / "src"])] == ["algo.py"]
     (tmp_path / "empty").mkdir()
-    r = _train_cli("--run", str(tmp_path / "r"), "--source", str(tmp_path / "empty"))
+    r = train_cli("--run", str(tmp_path / "r"), "--source", str(tmp_path / "empty"))
     assert r.returncode == 2 and "no Python files under" in r.stdout
 
 
@@ -224,7 +216,7 @@ def test_export_keeps_fp32_when_asked(tiny_checkpoint, tmp_path) -> None:
     shutil.copytree(tiny_checkpoint, tmp_path / "run" / "checkpoint")
     for dtype, want in (("fp32", "F32"), ("bf16", "BF16")):
         out = tmp_path / f"ship-{dtype}"
-        r = _train_cli("--run", str(tmp_path / "run"), "--export", str(out), "--export-dtype", dtype)
+        r = train_cli("--run", str(tmp_path / "run"), "--export", str(out), "--export-dtype", dtype)
         assert r.returncode == 0, r.stderr
         with safe_open(str(out / "model.safetensors"), "pt") as f:
             name = next(iter(f.keys()))
@@ -323,12 +315,12 @@ def test_fine_tune_data_keeps_a_tiny_history_whose_commits_all_hash_to_validatio
 
 def test_train_cli_repo_must_be_a_git_repository(tmp_path) -> None:
     (tmp_path / "plain").mkdir()
-    r = _train_cli("--repo", str(tmp_path / "plain"), "--run", str(tmp_path / "r"))
+    r = train_cli("--repo", str(tmp_path / "plain"), "--run", str(tmp_path / "r"))
     assert r.returncode == 2 and "not a git repository" in r.stdout and "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("flag", ["--init", "--teacher"])
 def test_train_cli_names_a_missing_checkpoint(flag, tmp_path) -> None:
-    r = _train_cli(flag, str(tmp_path / "none"), "--run", str(tmp_path / "r"), "--steps", "1")
+    r = train_cli(flag, str(tmp_path / "none"), "--run", str(tmp_path / "r"), "--steps", "1")
     assert r.returncode == 2 and f"{flag}: " in r.stdout and "not a checkpoint directory" in r.stdout
     assert "Traceback" not in r.stderr and not (tmp_path / "r").exists()
