@@ -1,19 +1,19 @@
 #!/bin/bash
-# Device run (docs/gpu-training.md): corpus on all cores, then three concurrent trainings from the shipped weights:
-# A continued pretraining; B + self-distillation with a light certainty term; C the same teacher rows with a
-# heavier one (C reuses B's teacher rows). Each run's time budget is what is left before DEADLINE when it
-# starts, so it ends decayed; a run that dies compiled is started again uncompiled; each is exported to $OUT.
+# Device run (docs/gpu-training.md): corpus on all cores, then three concurrent trainings from INIT (default: the
+# shipped weights): A continued pretraining; B + self-distillation from INIT with a light certainty term; C the same
+# teacher rows with a heavier one. Each run's time budget is what is left before DEADLINE when it starts, so it ends
+# decayed; a run that dies compiled is started again uncompiled; each is exported to $OUT.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 T=${T:-/tmp/es}
 mkdir -p $T
 DEV=${DEV:-cuda} PRE=${PRE:-mini} ROWS=${ROWS:-400000} BS=${BS:-256} LR=${LR:-1e-3}
 N=${N:-10000} DB=${DB:-512} W=${W:-16} COMPILE=${COMPILE---compile} MIX=${MIX:-0.25,0.4,0.1,0.25}
-EV=${EV:-1000} DEADLINE=${DEADLINE:-545} MARGIN=${MARGIN:-60} CERT_B=${CERT_B:-0.15} CERT_C=${CERT_C:-0.4}
+INIT=${INIT:-model/checkpoints/default} EV=${EV:-1000} DEADLINE=${DEADLINE:-545} MARGIN=${MARGIN:-60} CERT_B=${CERT_B:-0.15} CERT_C=${CERT_C:-0.4}
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 left() { python3 -c "print(max(0.2, ($DEADLINE - $(el) - $MARGIN) / 60))"; }  # minutes of training left
 [ "$DEV" = cuda ] && { nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" || exit 1; }
-COMMON="--device $DEV --data $T/data --canvas-draft --preset $PRE --batch-size $BS --lr $LR --warmup 300 --eval-every $EV --optimizer muon --decay-frac 0.3 --init model/checkpoints/default"
+COMMON="--device $DEV --data $T/data --canvas-draft --preset $PRE --batch-size $BS --lr $LR --warmup 300 --eval-every $EV --optimizer muon --decay-frac 0.3 --init $INIT"
 declare -A P ARGS
 launch() {  # $1: run name, $2: compile flag, rest: its own arguments
   local r=$1 c=$2; shift 2
@@ -31,7 +31,7 @@ python3 -m editserver.cli train --run $T/runA --data $T/data --edits .gpu/edits 
 echo "corpus built at +$(el)s"; cat $T/data/train/info.json; echo
 launch A "$COMPILE"
 python3 -m editserver.cli train --run $T/runB --data $T/data --device $DEV --distill $N --distill-batch $DB \
-  --prepare-only > $T/teacher.out 2>&1
+  --teacher $INIT --prepare-only > $T/teacher.out 2>&1
 echo "teacher rows at +$(el)s"; tail -2 $T/teacher.out; cat $T/runB/distill/info.json 2>/dev/null; echo
 if [ -f $T/runB/distill/info.json ]; then
   mkdir -p $T/runC && cp -r $T/runB/distill $T/runC/distill
