@@ -8,7 +8,8 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 T=${T:-/tmp/es}
 mkdir -p $T
 DEV=${DEV:-cuda} PRE=${PRE:-mini} ROWS=${ROWS:-400000} BS=${BS:-256} LR=${LR:-1e-3}
 N=${N:-10000} DB=${DB:-512} W=${W:-16} COMPILE=${COMPILE---compile} MIX=${MIX:-0.25,0.4,0.1,0.25}
-INIT=${INIT:-model/checkpoints/default} EV=${EV:-1000} DEADLINE=${DEADLINE:-545} MARGIN=${MARGIN:-60} CERT_B=${CERT_B:-0.15} CERT_C=${CERT_C:-0.4}
+INIT=${INIT:-model/checkpoints/default}  # the starting weights of A, B and C, and B and C's teacher
+EV=${EV:-1000} DEADLINE=${DEADLINE:-545} MARGIN=${MARGIN:-60} CERT_B=${CERT_B:-0.15} CERT_C=${CERT_C:-0.4}
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 left() { python3 -c "print(max(0.2, ($DEADLINE - $(el) - $MARGIN) / 60))"; }  # minutes of training left
