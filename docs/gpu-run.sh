@@ -1,43 +1,75 @@
 #!/bin/bash
-# Device run (docs/gpu-training.md): corpus on all cores, then three concurrent trainings from INIT (default: the
-# shipped weights): A continued pretraining; B + self-distillation from INIT with a light certainty term; C the same
-# teacher rows with a heavier one. Each run's time budget is what is left before DEADLINE when it starts, so it ends
-# decayed; a run that dies compiled is started again uncompiled; each is exported to $OUT.
+# Device run (docs/gpu-training.md): corpora on all cores, then concurrent trainings from INIT (default: the
+# shipped weights). RUNS names them, one per line: "NAME MIX [ARGS...]"; each distinct MIX gets a corpus of its
+# own (built side by side, the workers shared out); a run whose ARGS hold --distill trains on the teacher's rows
+# too (INIT answers N FIM contexts once, over the first distilling run's corpus). Each run's time budget is what
+# is left before DEADLINE when it starts, plus what its saved state already spent, so a second call on the warm
+# machine resumes every run and ends it decayed again; a run that dies compiled is started again uncompiled; each
+# is exported to $OUT.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 T=${T:-/tmp/es}
 mkdir -p $T
 DEV=${DEV:-cuda} PRE=${PRE:-mini} ROWS=${ROWS:-400000} BS=${BS:-256} LR=${LR:-1e-3}
 N=${N:-10000} DB=${DB:-512} W=${W:-16} COMPILE=${COMPILE---compile} MIX=${MIX:-0.25,0.4,0.1,0.25}
-INIT=${INIT:-model/checkpoints/default}  # the starting weights of A, B and C, and B and C's teacher
+INIT=${INIT:-model/checkpoints/default}  # the starting weights of every run, and the distilling runs' teacher
 EV=${EV:-1000} DEADLINE=${DEADLINE:-545} MARGIN=${MARGIN:-60} CERT_B=${CERT_B:-0.15} CERT_C=${CERT_C:-0.4}
+RUNS=${RUNS:-"A $MIX
+B $MIX --distill $N --distill-share ${SHARE:-0.3} --certainty $CERT_B
+C $MIX --distill $N --distill-share ${SHARE:-0.3} --certainty $CERT_C"}
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 left() { python3 -c "print(max(0.2, ($DEADLINE - $(el) - $MARGIN) / 60))"; }  # minutes of training left
-[ "$DEV" = cuda ] && { nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" || exit 1; }
-COMMON="--device $DEV --data $T/data --canvas-draft --preset $PRE --batch-size $BS --lr $LR --warmup 300 --eval-every $EV --optimizer muon --decay-frac 0.3 --init $INIT"
-declare -A P ARGS
-launch() {  # $1: run name, $2: compile flag, rest: its own arguments
-  local r=$1 c=$2; shift 2
-  ARGS[$r]="$*"
-  python3 -m editserver.cli train --run $T/run$r $COMMON $c "$@" --time-budget $(left) >> $T/train$r.out 2>&1 &
-  P[$r]=$!
-  echo "$r started at +$(el)s ($c; budget $(left) min)"
+spent() {  # minutes of training run $1's saved state already counts (0 for a new run)
+  python3 -c "import os, torch; p = '$T/run$1/state.pt'
+print(torch.load(p, weights_only=False)['elapsed_s'] / 60 if os.path.exists(p) else 0)" 2>/dev/null || echo 0
 }
-# the corpus, then the teacher's rows, each built by a process of its own (--prepare-only), so every
-# training's time budget counts from when it can start
-python3 -m editserver.cli train --run $T/runA --data $T/data --edits .gpu/edits --prepare-only \
-  --tokenizer model/checkpoints/default/tokenizer.json --source .gpu/extra-src --source-repeat 12 \
-  --workers $W --rows $ROWS --seq-len 256 --mix $MIX > $T/corpus.out 2>&1 \
-  || { echo "the corpus build failed"; tail -40 $T/corpus.out; exit 1; }
-echo "corpus built at +$(el)s"; cat $T/data/train/info.json; echo
-launch A "$COMPILE"
-python3 -m editserver.cli train --run $T/runB --data $T/data --device $DEV --distill $N --distill-batch $DB \
-  --teacher $INIT --prepare-only > $T/teacher.out 2>&1
-echo "teacher rows at +$(el)s"; tail -2 $T/teacher.out; cat $T/runB/distill/info.json 2>/dev/null; echo
-if [ -f $T/runB/distill/info.json ]; then
-  mkdir -p $T/runC && cp -r $T/runB/distill $T/runC/distill
-  launch B "$COMPILE" --distill $N --distill-share ${SHARE:-0.3} --certainty $CERT_B
-  launch C "$COMPILE" --distill $N --distill-share ${SHARE:-0.3} --certainty $CERT_C
+[ "$DEV" = cuda ] && { nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" || exit 1; }
+data() { echo $T/data-${1//,/_}; }  # a mix's corpus directory
+COMMON="--device $DEV --canvas-draft --preset $PRE --batch-size $BS --lr $LR --warmup 300 --eval-every $EV --optimizer muon --decay-frac 0.3 --init $INIT"
+# the corpora, then the teacher's rows, each built by processes of their own (--prepare-only), so every
+# training's time budget counts from when it can start; a corpus already built (a warm machine) is kept
+MIXES=$(echo "$RUNS" | awk 'NF {print $2}' | sort -u)
+NEW=$(for m in $MIXES; do [ -f $(data $m)/train/info.json ] || echo $m; done)
+if [ -n "$NEW" ]; then
+  w=$(( W / $(echo "$NEW" | wc -l) )); [ $w -ge 1 ] || w=1
+  for m in $NEW; do
+    python3 -m editserver.cli train --run $T/prep-$m --data $(data $m) --edits .gpu/edits --prepare-only \
+      --tokenizer model/checkpoints/default/tokenizer.json --source .gpu/extra-src --source-repeat 12 \
+      --workers $w --rows $ROWS --seq-len 256 --mix $m > $T/corpus-$m.out 2>&1 &
+  done
+  wait
+  for m in $NEW; do
+    [ -f $(data $m)/train/info.json ] || { echo "the corpus $m failed"; tail -40 $T/corpus-$m.out; exit 1; }
+  done
+  echo "corpora built at +$(el)s ($w workers each): $NEW"
+fi
+declare -A P ARGS
+launch() {  # $1: run name, $2: compile flag; ARGS[$1] holds its own arguments
+  local r=$1 c=$2 b
+  b=$(python3 -c "print($(spent $r) + $(left))")
+  python3 -m editserver.cli train --run $T/run$r $COMMON $c ${ARGS[$r]} --time-budget $b < /dev/null >> $T/train$r.out 2>&1 &
+  P[$r]=$!
+  echo "$r started at +$(el)s ($c; budget $b min; ${ARGS[$r]})"
+}
+DISTILL=""
+while read -r r m a; do
+  [ -n "$r" ] || continue
+  ARGS[$r]="--data $(data $m) $a"
+  case " $a " in *" --distill "*) DISTILL="$DISTILL $r" ;; *) launch $r "$COMPILE" ;; esac
+done <<< "$RUNS"
+if [ -n "$DISTILL" ]; then
+  first=$(echo $DISTILL | cut -d' ' -f1)
+  if [ ! -f $T/run$first/distill/info.json ]; then
+    python3 -m editserver.cli train --run $T/run$first ${ARGS[$first]} --device $DEV --distill-batch $DB \
+      --teacher $INIT --prepare-only > $T/teacher.out 2>&1
+    echo "teacher rows at +$(el)s"; tail -2 $T/teacher.out; cat $T/run$first/distill/info.json 2>/dev/null; echo
+  fi
+  if [ -f $T/run$first/distill/info.json ]; then
+    for r in $DISTILL; do
+      [ -d $T/run$r/distill ] || { mkdir -p $T/run$r && cp -r $T/run$first/distill $T/run$r/distill; }
+      launch $r "$COMPILE"
+    done
+  fi
 fi
 finish() {  # $1: run name; export whatever checkpoint it saved
   tail -3 $T/train$1.out; tail -2 $T/run$1/train.log.jsonl 2>/dev/null
@@ -52,11 +84,7 @@ while [ ${#P[@]} -gt 0 ]; do
       wait ${P[$r]}; rc=$?; echo "$r exited $rc at +$(el)s"; unset "P[$r]"
       if [ $rc -ne 0 ] && [ -n "$COMPILE" ] && [ -z "${RETRIED[$r]:-}" ] && [ $(( DEADLINE - $(el) - MARGIN )) -gt 60 ]; then
         RETRIED[$r]=1; tail -15 $T/train$r.out
-        # a resumed run counts its saved training time against the budget: add what it already spent
-        spent=$(python3 -c "import torch,sys; p='$T/run$r/state.pt'; import os; print(torch.load(p,weights_only=False)['elapsed_s']/60 if os.path.exists(p) else 0)" 2>/dev/null || echo 0)
-        a=${ARGS[$r]}; python3 -m editserver.cli train --run $T/run$r $COMMON $a \
-          --time-budget $(python3 -c "print($spent + $(left))") >> $T/train$r.out 2>&1 &
-        P[$r]=$!; echo "$r restarted uncompiled at +$(el)s (had spent $spent min)"
+        launch $r ""
       else
         finish $r
       fi
@@ -65,6 +93,6 @@ while [ ${#P[@]} -gt 0 ]; do
     fi
   done
 done
-tar czf $OUT/text.tgz -C $T trainA.out trainB.out trainC.out runA/train.log.jsonl runB/train.log.jsonl \
-  runC/train.log.jsonl outA/config.json data/train/info.json corpus.out teacher.out runB/distill/info.json 2>/dev/null
+(cd $T && tar czf $OUT/text.tgz train*.out run*/train.log.jsonl data-*/train/info.json corpus-*.out teacher.out \
+  run*/distill/info.json 2>/dev/null)
 ls -la $OUT; echo "done at +$(el)s"
