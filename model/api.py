@@ -136,6 +136,7 @@ class Engine:
     def __init__(self, checkpoint: Checkpoint, device: str = "cpu"):
         self.ck = checkpoint
         self.model = checkpoint.model.to(device).eval()
+        self.model.draft_bias = checkpoint.inference.draft_bias  # an assignment: idempotent per model
         self.tok = checkpoint.tokenizer
         self.inference = checkpoint.inference
         self.device = device

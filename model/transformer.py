@@ -35,6 +35,10 @@ Design decisions:
   a mixture). It starts as a constant +4, so "keep the region's token" is the default answer from the
   first step, and the network learns where to close the gate (the renamed identifier, inserted
   lines) from the draft embedding above, which tells it which token the bonus would go to.
+  ``draft_bias`` (a float, not a weight; the checkpoint's ``inference.draft_bias``, set by the
+  engine) is added to that bonus at inference: a prior toward the draft the learned gate does not
+  reach by itself, since it was fitted on edit rows where the region changes far more often than
+  around a rename's other occurrences (README, session 28).
 - Hot-path ops go through ``model.ops``, which dispatches to ``kernels`` (Triton) or PyTorch.
 """
 
@@ -179,6 +183,7 @@ class Transformer(nn.Module):
         if self.copy_gate is not None:
             nn.init.zeros_(self.copy_gate.weight)
             nn.init.constant_(self.copy_gate.bias, COPY_BONUS)
+        self.draft_bias = 0.0  # extra copy-logit bonus at inference (module docstring)
 
     def _init(self, m: nn.Module) -> None:
         if isinstance(m, nn.Linear):
@@ -198,7 +203,7 @@ class Transformer(nn.Module):
         if draft is None or self.copy_gate is None:
             return out
         has = (draft >= 0)[..., None]  # [..., 1]
-        bonus = self.copy_gate(normed).to(out.dtype) * has  # [..., 1]
+        bonus = (self.copy_gate(normed) + self.draft_bias).to(out.dtype) * has  # [..., 1]
         return out.scatter_add(-1, draft.clamp_min(0)[..., None], bonus)
 
     def _embed(self, ids: torch.Tensor, draft: torch.Tensor | None) -> torch.Tensor:

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from model.api import EditRequest, Engine, FimRequest, SamplingOptions, line_likelihood
+from model.checkpoint import load_checkpoint
 from model.prompt import EditPrompt, PromptError, build_prompt
-from model.transformer import ContextTooLongError
+from model.transformer import ContextTooLongError, Transformer
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +152,26 @@ def test_edit_request_reports_region_and_score(engine: Engine) -> None:
     assert c.above_threshold == (not c.unchanged and c.score >= engine.inference.selectivity_threshold)
     with pytest.raises(PromptError, match="code_to_edit"):
         engine.complete(EditRequest("<|current_file_content|>\nx\n<|/current_file_content|>"))
+
+
+def test_draft_bias_reaches_the_copy_logit_of_edits(tiny_checkpoint) -> None:
+    """``inference.draft_bias`` is added to the learned copy bonus: with the gate shut (-100) no
+    region token is copied, and a bias of +200 opens it again, so the rewrite starts with the region."""
+    ck = load_checkpoint(tiny_checkpoint)
+    torch.manual_seed(0)
+    m = Transformer(dataclasses.replace(ck.model.cfg, canvas_draft=True)).eval()
+    with torch.no_grad():
+        m.copy_gate.bias.fill_(-100.0)
+    region = "def f(x):\n    return x\n"
+    p = build_prompt(EditPrompt("a.py", "import os\n", region, 4, "\nf(1)\n"))
+    text = {}
+    for bias in (0.0, 200.0):
+        inference = dataclasses.replace(ck.inference, draft_bias=bias)
+        text[bias] = (
+            Engine(dataclasses.replace(ck, model=m, inference=inference)).complete(EditRequest(p)).text
+        )
+    assert text[200.0].startswith(region)
+    assert not text[0.0].startswith(region)
 
 
 def test_diffusing_drafts_and_cancel(engine: Engine) -> None:

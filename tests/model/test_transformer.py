@@ -130,14 +130,16 @@ def test_draft_gain_starts_at_one_leaning_the_canvas_toward_its_draft() -> None:
     assert not torch.allclose(with_draft[:, 20:], m(ids, context_lens=ctx)[:, 20:])
 
 
-def test_copy_gate_adds_its_bonus_to_the_draft_token_only() -> None:
+@pytest.mark.parametrize("draft_bias", [0.0, 1.5])
+def test_copy_gate_adds_its_bonus_to_the_draft_token_only(draft_bias: float) -> None:
     m = _drafted(0.0)  # no draft embedding: only the copy logit differs
+    m.draft_bias = draft_bias  # the inference-time prior rides on the learned bonus (+4 at first)
     ids = torch.randint(0, 300, (1, 30))
     draft = torch.cat([torch.full((1, 20), -1), torch.randint(0, 300, (1, 10))], dim=1)  # [1, 30]
     ctx = torch.tensor([20])
     diff = m(ids, context_lens=ctx, draft=draft) - m(ids, context_lens=ctx)  # [1, 30, V]
     want = torch.zeros_like(diff)
-    want[0, torch.arange(20, 30), draft[0, 20:]] = 4.0
+    want[0, torch.arange(20, 30), draft[0, 20:]] = 4.0 + draft_bias
     torch.testing.assert_close(diff, want, atol=1e-4, rtol=0)
     picked = m(ids, context_lens=ctx, draft=draft, logits_index=(torch.tensor([0, 0]), torch.tensor([3, 25])))
     torch.testing.assert_close(
