@@ -41,7 +41,7 @@ if [ -n "$NEW" ]; then
   for m in $NEW; do
     [ -f $(data $m)/train/info.json ] || { echo "the corpus $m failed"; tail -40 $T/corpus-$m.out; exit 1; }
   done
-  echo "corpora built at +$(el)s ($w workers each): $NEW"
+  echo "corpora built at +$(el)s ($w workers each):" $NEW
 fi
 declare -A P ARGS
 launch() {  # $1: run name, $2: compile flag; ARGS[$1] holds its own arguments

@@ -136,7 +136,6 @@ class Engine:
     def __init__(self, checkpoint: Checkpoint, device: str = "cpu"):
         self.ck = checkpoint
         self.model = checkpoint.model.to(device).eval()
-        self.model.draft_bias = checkpoint.inference.draft_bias  # an assignment: idempotent per model
         self.tok = checkpoint.tokenizer
         self.inference = checkpoint.inference
         self.device = device
@@ -275,6 +274,8 @@ class Engine:
                 [edit_canvas_pos(c, self.tok.rewrite_id, region_open) for c in contexts]
             )
         draft = None
+        # read at every decode, not once at load: ``self.inference`` may be replaced (server overrides)
+        self.model.draft_bias = self.inference.draft_bias
         if self.model.cfg.canvas_draft:  # FIM rows have no region: None, no draft
             draft = step_drafts([draft_region(c, self.tok) for c in contexts], self.tok.eot_id)
         gen = torch.Generator(device=self.device).manual_seed(o.seed)

@@ -36,7 +36,7 @@ Design decisions:
   first step, and the network learns where to close the gate (the renamed identifier, inserted
   lines) from the draft embedding above, which tells it which token the bonus would go to.
   ``draft_bias`` (a float, not a weight; the checkpoint's ``inference.draft_bias``, set by the
-  engine) is added to that bonus at inference: a prior toward the draft the learned gate does not
+  engine before each decode) is added to that bonus at inference: a prior toward the draft the learned gate does not
   reach by itself, since it was fitted on edit rows where the region changes far more often than
   around a rename's other occurrences (README, session 28).
 - Hot-path ops go through ``model.ops``, which dispatches to ``kernels`` (Triton) or PyTorch.

@@ -172,6 +172,10 @@ def test_draft_bias_reaches_the_copy_logit_of_edits(tiny_checkpoint) -> None:
         )
     assert text[200.0].startswith(region)
     assert not text[0.0].startswith(region)
+    # an engine whose settings are replaced after load (the server's overrides) decodes with the new bias
+    eng = Engine(dataclasses.replace(ck, model=m))
+    eng.inference = dataclasses.replace(ck.inference, draft_bias=200.0)
+    assert eng.complete(EditRequest(p)).text.startswith(region)
 
 
 def test_diffusing_drafts_and_cancel(engine: Engine) -> None:
