@@ -1,7 +1,8 @@
 #!/bin/bash
 # Device run (docs/gpu-training.md): corpora on all cores, then concurrent trainings from INIT (default: the
 # shipped weights). RUNS names them, one per line: "NAME MIX [ARGS...]"; each distinct MIX gets a corpus of its
-# own (built side by side, the workers shared out); a run whose ARGS hold --distill trains on the teacher's rows
+# own (built side by side, the workers shared out, or unpacked from a carried .gpu/corpus-<mix>.tar.xz built on
+# the CPU machine beforehand, docs/gpu-training.md); a run whose ARGS hold --distill trains on the teacher's rows
 # too (INIT answers N FIM contexts once, over the first distilling run's corpus). Each run's time budget is what
 # is left before DEADLINE when it starts, plus what its saved state already spent, so a second call on the warm
 # machine resumes every run and ends it decayed again; a run that dies compiled is started again uncompiled; each
@@ -29,6 +30,14 @@ COMMON="--device $DEV --canvas-draft --preset $PRE --batch-size $BS --lr $LR --w
 # the corpora, then the teacher's rows, each built by processes of their own (--prepare-only), so every
 # training's time budget counts from when it can start; a corpus already built (a warm machine) is kept
 MIXES=$(echo "$RUNS" | awk 'NF {print $2}' | sort -u)
+for m in $MIXES; do  # a corpus built beforehand on the CPU machine, carried as .gpu/corpus-<mix>.tar.xz
+  f=.gpu/corpus-${m//,/_}.tar.xz
+  if [ ! -f $(data $m)/train/info.json ] && [ -f $f ]; then
+    mkdir -p $(data $m) && python3 -c "import sys, tarfile as t
+t.open(sys.argv[1]).extractall(sys.argv[2], **({'filter': 'data'} if hasattr(t, 'data_filter') else {}))" $f $(data $m) \
+      && echo "corpus $m unpacked at +$(el)s"
+  fi
+done
 NEW=$(for m in $MIXES; do [ -f $(data $m)/train/info.json ] || echo $m; done)
 if [ -n "$NEW" ]; then
   w=$(( W / $(echo "$NEW" | wc -l) )); [ $w -ge 1 ] || w=1

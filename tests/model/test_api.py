@@ -57,6 +57,35 @@ def test_effort_with_gamma_uses_the_joint_rule(engine: Engine) -> None:
     assert eng.complete(req).steps == 1
 
 
+def test_fim_block_size_applies_to_fim_requests_only(engine: Engine) -> None:
+    """An effort's ``fim_block_size`` is FIM's block; next edits keep ``block_size``; a request's
+    own block size overrides both."""
+    from model.config import EffortPreset, InferenceConfig
+
+    low = EffortPreset(threshold=0.9, block_size=32, gamma=0.1, fim_block_size=8)
+    eng = copy.copy(engine)
+    eng.inference = dataclasses.replace(engine.inference, efforts={**engine.inference.efforts, "low": low})
+    assert eng._rule(SamplingOptions(effort="low"), edit=False)[1] == 8
+    assert eng._rule(SamplingOptions(effort="low"), edit=True)[1] == 32
+    assert eng._rule(SamplingOptions(effort="low", block_size=4), edit=False)[1] == 4
+    # decoded in blocks of 8, an answer is the one an explicit block size of 8 gives
+    opts = dict(effort="low", temperature=0.0)
+    got = eng.complete(
+        FimRequest("def f(x):\n    return ", "\n", max_tokens=24, options=SamplingOptions(**opts))
+    )
+    ref = eng.complete(
+        FimRequest(
+            "def f(x):\n    return ", "\n", max_tokens=24, options=SamplingOptions(block_size=8, **opts)
+        )
+    )
+    assert (got.text, got.steps) == (ref.text, ref.steps)
+    bad = dataclasses.replace(low, fim_block_size=0)
+    eng.inference = dataclasses.replace(engine.inference, efforts={**engine.inference.efforts, "low": bad})
+    with pytest.raises(ValueError, match="block_size"):
+        eng.complete(FimRequest("x = ", "", options=SamplingOptions(effort="low")))
+    assert InferenceConfig.from_dict(eng.inference.to_dict()).efforts["low"] == bad  # config.json round trip
+
+
 def test_next_edits_default_to_the_edit_effort(engine: Engine) -> None:
     from model.config import EffortPreset, InferenceConfig
 
