@@ -206,11 +206,7 @@ class Engine:
 
     def _rule(self, o: SamplingOptions, edit: bool) -> tuple[UnmaskRule, int]:
         preset = self.inference.efforts[self.resolve_effort(o.effort, edit)]
-        block = preset.block_size
-        if not edit and preset.fim_block_size is not None:
-            block = preset.fim_block_size
-        if o.block_size is not None:
-            block = o.block_size
+        block = o.block_size if o.block_size is not None else preset.block_for(edit)
         if block < 1:
             raise ValueError(f"block_size must be at least 1, got {block}")
         if o.sequential:

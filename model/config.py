@@ -85,6 +85,10 @@ class EffortPreset:
     # commits at once
     fim_block_size: int | None = None
 
+    def block_for(self, edit: bool) -> int:
+        """The block length of a next-edit (``edit``) or FIM request at this effort."""
+        return self.block_size if edit or self.fim_block_size is None else self.fim_block_size
+
 
 @dataclass
 class InferenceConfig:

@@ -237,9 +237,7 @@ def run(args: argparse.Namespace) -> int:
             "threshold": engine.inference.efforts[effort].threshold,
             "gamma": engine.inference.efforts[effort].gamma,  # set: the joint rule, not the threshold
             "margin": engine.inference.efforts[effort].margin,  # the joint rule reads p1 - p2
-            "block_size": args.block_size
-            or engine.inference.efforts[effort].fim_block_size
-            or engine.inference.efforts[effort].block_size,
+            "block_size": args.block_size or engine.inference.efforts[effort].block_for(edit=False),
             "max_tokens": max_tokens,
             "single_line_cut": single,
             "stop": kw["stop"],
