@@ -118,7 +118,7 @@ class InferenceConfig:
     # Added to the copy logit of every draft token (model/transformer.py) in next-edit decoding; FIM
     # has no draft. A prior toward keeping the region as drafted: the shipped +4 took the session-22
     # weights from 85.3% to 91.1% exact on 190 held-out renames at instant, and from 63 to 23 wrong
-    # suggestions on 300 held-out commit points (README, session 28). 0: the gate as trained.
+    # suggestions on 300 held-out commit points (docs/model-history.md, session 28). 0: the gate as trained.
     draft_bias: float = 0.0
     edit_slack_tokens: int = 32  # extra canvas beyond the region's own length for a rewrite
     # trained with a next-edit canvas positioned at its region (prompt.edit_canvas_pos); older

@@ -38,7 +38,7 @@ Design decisions:
   ``draft_bias`` (a float, not a weight; the checkpoint's ``inference.draft_bias``, set by the
   engine before each decode) is added to that bonus at inference: a prior toward the draft the learned gate does not
   reach by itself, since it was fitted on edit rows where the region changes far more often than
-  around a rename's other occurrences (README, session 28).
+  around a rename's other occurrences (docs/model-history.md, session 28).
 - Hot-path ops go through ``model.ops``, which dispatches to ``kernels`` (Triton) or PyTorch.
 """
 
