@@ -3,7 +3,8 @@
 # shipped weights). RUNS names them, one per line: "NAME MIX [ARGS...]"; each distinct MIX gets a corpus of its
 # own (built side by side, the workers shared out, or unpacked from a carried .gpu/corpus-<mix>.tar.xz built on
 # the CPU machine beforehand, docs/gpu-training.md); a run whose ARGS hold --distill trains on the teacher's rows
-# too (INIT answers N FIM contexts once, over the first distilling run's corpus). Each run's time budget is what
+# too (INIT answers N FIM contexts once, over the first distilling run's corpus, unless a carried
+# .gpu/teacher-<mix>.tar.xz holds rows INIT answered: its teacher.sha256 names the weights). Each run's time budget is what
 # is left before DEADLINE when it starts, plus what its saved state already spent, so a second call on the warm
 # machine resumes every run and ends it decayed again; a run that dies compiled is started again uncompiled; each
 # is exported to $OUT.
@@ -52,7 +53,7 @@ if [ -n "$NEW" ]; then
   done
   echo "corpora built at +$(el)s ($w workers each):" $NEW
 fi
-declare -A P ARGS
+declare -A P ARGS MIXOF
 launch() {  # $1: run name, $2: compile flag; ARGS[$1] holds its own arguments
   local r=$1 c=$2 b
   b=$(python3 -c "print($(spent $r) + $(left))")
@@ -63,11 +64,20 @@ launch() {  # $1: run name, $2: compile flag; ARGS[$1] holds its own arguments
 DISTILL=""
 while read -r r m a; do
   [ -n "$r" ] || continue
-  ARGS[$r]="--data $(data $m) $a"
+  ARGS[$r]="--data $(data $m) $a"; MIXOF[$r]=$m
   case " $a " in *" --distill "*) DISTILL="$DISTILL $r" ;; *) launch $r "$COMPILE" ;; esac
 done <<< "$RUNS"
 if [ -n "$DISTILL" ]; then
   first=$(echo $DISTILL | cut -d' ' -f1)
+  f=.gpu/teacher-${MIXOF[$first]//,/_}.tar.xz  # teacher rows built beforehand on the CPU machine
+  if [ ! -f $T/run$first/distill/info.json ] && [ -f $f ]; then
+    mkdir -p $T/run$first/distill && tar xJf $f -C $T/run$first/distill
+    if [ "$(cat $T/run$first/distill/teacher.sha256 2>/dev/null)" = "$(sha256sum $INIT/model.safetensors | cut -d' ' -f1)" ]; then
+      echo "teacher rows unpacked at +$(el)s"
+    else
+      echo "$f was answered by another teacher than $INIT: building them here"; rm -rf $T/run$first/distill
+    fi
+  fi
   if [ ! -f $T/run$first/distill/info.json ]; then
     python3 -m editserver.cli train --run $T/run$first ${ARGS[$first]} --device $DEV --distill-batch $DB \
       --teacher $INIT --prepare-only > $T/teacher.out 2>&1
