@@ -27,6 +27,10 @@ print(torch.load(p, weights_only=False)['elapsed_s'] / 60 if os.path.exists(p) e
 }
 [ "$DEV" = cuda ] && { nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" || exit 1; }
 data() { echo $T/data-${1//,/_}; }  # a mix's corpus directory
+unpack() {  # $1: a .tar.xz carried from the CPU machine, $2: the directory it is unpacked into
+  mkdir -p "$2" && python3 -c "import sys, tarfile as t
+t.open(sys.argv[1]).extractall(sys.argv[2], **({'filter': 'data'} if hasattr(t, 'data_filter') else {}))" "$1" "$2"
+}
 COMMON="--device $DEV --canvas-draft --preset $PRE --batch-size $BS --lr $LR --warmup 300 --eval-every $EV --optimizer muon --decay-frac 0.3 --init $INIT"
 # the corpora, then the teacher's rows, each built by processes of their own (--prepare-only), so every
 # training's time budget counts from when it can start; a corpus already built (a warm machine) is kept
@@ -34,9 +38,7 @@ MIXES=$(echo "$RUNS" | awk 'NF {print $2}' | sort -u)
 for m in $MIXES; do  # a corpus built beforehand on the CPU machine, carried as .gpu/corpus-<mix>.tar.xz
   f=.gpu/corpus-${m//,/_}.tar.xz
   if [ ! -f $(data $m)/train/info.json ] && [ -f $f ]; then
-    mkdir -p $(data $m) && python3 -c "import sys, tarfile as t
-t.open(sys.argv[1]).extractall(sys.argv[2], **({'filter': 'data'} if hasattr(t, 'data_filter') else {}))" $f $(data $m) \
-      && echo "corpus $m unpacked at +$(el)s"
+    unpack $f $(data $m) && echo "corpus $m unpacked at +$(el)s"
   fi
 done
 NEW=$(for m in $MIXES; do [ -f $(data $m)/train/info.json ] || echo $m; done)
@@ -71,7 +73,7 @@ if [ -n "$DISTILL" ]; then
   first=$(echo $DISTILL | cut -d' ' -f1)
   f=.gpu/teacher-${MIXOF[$first]//,/_}.tar.xz  # teacher rows built beforehand on the CPU machine
   if [ ! -f $T/run$first/distill/info.json ] && [ -f $f ]; then
-    mkdir -p $T/run$first/distill && tar xJf $f -C $T/run$first/distill
+    unpack $f $T/run$first/distill
     if [ "$(cat $T/run$first/distill/teacher.sha256 2>/dev/null)" = "$(sha256sum $INIT/model.safetensors | cut -d' ' -f1)" ]; then
       echo "teacher rows unpacked at +$(el)s"
     else

@@ -80,8 +80,8 @@ class EffortPreset:
     # (p1, or p1 - p2 with margin) is at least this (sampler.py, temporal stability); None: never
     stable: float | None = None
     # FIM requests' block length (None: block_size). A small block keeps a loose rule from committing
-    # the far end of a one-line canvas before its start is written (the shipped low: 8, README,
-    # session 29), while a next-edit rewrite, copied from its draft, keeps the long block it
+    # the far end of a one-line canvas before its start is written (the shipped low: 8,
+    # docs/model-history.md, session 29), while a next-edit rewrite, copied from its draft, keeps the long block it
     # commits at once
     fim_block_size: int | None = None
 
