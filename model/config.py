@@ -81,8 +81,8 @@ class EffortPreset:
     stable: float | None = None
     # FIM requests' block length (None: block_size). A small block keeps a loose rule from committing
     # the far end of a one-line canvas before its start is written (the shipped low: 8,
-    # docs/model-history.md, session 29), while a next-edit rewrite, copied from its draft, keeps the long block it
-    # commits at once
+    # docs/model-history.md, session 29), while a next-edit rewrite, copied from its draft, keeps
+    # the long block it commits at once
     fim_block_size: int | None = None
 
     def block_for(self, edit: bool) -> int:
