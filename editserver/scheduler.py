@@ -75,6 +75,7 @@ class Job:
             o.effort,
             o.threshold,
             o.block_size,
+            o.line_steps,
             o.sequential,
             o.seed,
         )

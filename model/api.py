@@ -33,7 +33,11 @@ Design decisions:
   canvas length is a length prior, and the best length differs per line (docs/model-history.md, session 14). Each
   row keeps its own canvas, so the extra rows do not change the request's own row (sampler.py). A
   row ends as soon as another row of its request has finished with a likelihood its committed start
-  already falls below (``outscored``): it could not win, so that saves steps and changes no answer.
+  already falls below (model/ensemble.py): it could not win, so that saves steps and changes no answer.
+- A single-line FIM request also gets its effort's step budget (``line_steps``, sampler.StepBudget):
+  each block takes at most that many steps, the last committing whatever is still masked. It is per
+  row, so a batch may mix such requests with multi-line ones, which keep no budget (a 32-token block
+  of code in 4 steps would be 8 tokens a step, far past what one line's measurements cover).
 - Edit completions carry a score (aggregate of the per-token confidences, model/scoring.py) and
   whether it clears the checkpoint's selectivity threshold; an answer equal to the region, or one
   that moves only its layout (model/scoring.py ``layout_only``), is reported as ``unchanged``.
@@ -57,6 +61,7 @@ import torch
 
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.draft import draft_region, step_drafts
+from model.ensemble import outscored
 from model.prompt import (
     EDIT_OPEN,
     EditPrompt,
@@ -65,7 +70,15 @@ from model.prompt import (
     fit_prompt,
     parse_prompt,
 )
-from model.sampler import JointRule, ThresholdRule, TopKRule, UnmaskRule, denoise, first_true
+from model.sampler import (
+    JointRule,
+    StepBudget,
+    ThresholdRule,
+    TopKRule,
+    UnmaskRule,
+    denoise,
+    first_true,
+)
 from model.scoring import aggregate, layout_only
 from model.transformer import ContextTooLongError
 
@@ -81,6 +94,7 @@ class SamplingOptions:
     effort: str | None = None  # None: the checkpoint's default effort
     threshold: float | None = None  # overrides the effort's unmasking threshold
     block_size: int | None = None  # overrides the effort's semi-autoregressive block size
+    line_steps: int | None = None  # overrides the effort's single-line step budget (0: no budget)
     sequential: bool = False  # one token per step (the quality baseline)
     seed: int = 0
     record_canvases: bool = False  # keep every intermediate draft (for ``diffusing`` streams)
@@ -216,6 +230,21 @@ class Engine:
             return JointRule(preset.gamma, preset.threshold, preset.margin, stable), block
         return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), block
 
+    def _line_steps(self, r: FimRequest | EditRequest) -> int | None:
+        """The step budget per block of request ``r``'s rows: its effort's ``line_steps`` (or the
+        request's own) for a single-line FIM request, None (no budget) for anything else."""
+        if not isinstance(r, FimRequest) or "\n" not in r.options.stop:
+            return None
+        o = r.options
+        n = (
+            o.line_steps
+            if o.line_steps is not None
+            else self.inference.efforts[self.resolve_effort(o.effort)].line_steps
+        )
+        if n is not None and n < 0:
+            raise ValueError(f"line_steps must be at least 0 (0: no budget), got {n}")
+        return n or None
+
     # ---- entry point ---------------------------------------------------------------------------
     def complete(self, req: FimRequest | EditRequest) -> Completion:
         return self.complete_batch([req])[0]
@@ -246,6 +275,10 @@ class Engine:
             raise ValueError("a batch holds requests of one kind")
         o = reqs[0].options
         rule, block = self._rule(o, edit=kinds == {EditRequest})
+        budget = [self._line_steps(r) for r in reqs]
+        if not o.sequential and any(b is not None for b in budget):
+            steps = [math.inf if b is None else float(b) for b in budget]
+            rule = StepBudget(rule, torch.tensor(steps, device=self.device))
         parsed: list[EditPrompt | None] = [None] * len(reqs)
         contexts, canvas_lens = [], []
         for i, r in enumerate(reqs):
@@ -440,39 +473,3 @@ def line_likelihood(c: Completion) -> float:
     """log P(answer, its end) under the model, as committed: sum of log-confidences (an empty answer
     is scored by its end alone), so a longer answer must earn each extra token."""
     return sum(math.log(max(x, 1e-9)) for x in c.scored_confidences)
-
-
-def outscored(
-    canvas: torch.Tensor,  # [B, N]
-    fixed: torch.Tensor,  # [B, N]
-    conf: torch.Tensor,  # [B, N] committed tokens' probabilities (1 where filled)
-    ended: torch.Tensor,  # [B] rows ending this step anyway (a stop sequence)
-    groups: list[list[int]],  # the rows of each request's length ensemble
-    eot_id: int,
-) -> torch.Tensor:
-    """[B] bool: undecided rows that can no longer win their request's ``line_likelihood`` vote.
-
-    A row's final score is the sum of log-confidences over its answer and its end, and its answer
-    starts with the row's committed start (every position before the first undecided one, cut after
-    a committed end-of-text), so that start's sum bounds the final score from above: later tokens
-    only add log-probabilities <= 0. Once another row of the request has finished with a higher score
-    the row cannot be picked, and ending it changes no answer (rows decode independently, sampler.py)
-    but saves the steps it would still take. A finished row's score is exactly its start's sum
-    (``_scored``); the margin keeps float rounding from ending a row that would tie.
-    """
-    B, N = canvas.shape
-    pos = torch.arange(N, device=canvas.device)
-    first_open = first_true(~fixed)  # [B]
-    first_eot = first_true(fixed & (canvas == eot_id))  # [B]
-    end = torch.minimum(first_open, first_eot + 1)  # [B] the committed start, its end-of-text included
-    logc = conf.double().clamp_min(1e-9).log().masked_fill(pos[None, :] >= end[:, None], 0.0)
-    bound = logc.sum(dim=1).tolist()  # [B]
-    finished = (ended | fixed.all(dim=1) | (first_eot < first_open)).tolist()  # [B]
-    out = torch.zeros(B, dtype=torch.bool, device=canvas.device)
-    for g in groups:
-        best = max((bound[i] for i in g if finished[i]), default=None)
-        if best is None:
-            continue
-        for i in g:
-            out[i] = not finished[i] and bound[i] < best - 1e-6
-    return out

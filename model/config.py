@@ -84,6 +84,10 @@ class EffortPreset:
     # docs/model-history.md, session 29), while a next-edit rewrite, copied from its draft, keeps
     # the long block it commits at once
     fim_block_size: int | None = None
+    # A single-line FIM request's (stops include "\n") step budget per block (None: none): its last
+    # step commits every position still masked (sampler.StepBudget). A one-line answer is ~6 tokens,
+    # so a budget of 3-4 steps is what lifts it past 2 tokens/step (README, session 34)
+    line_steps: int | None = None
 
     def block_for(self, edit: bool) -> int:
         """The block length of a next-edit (``edit``) or FIM request at this effort."""
@@ -151,6 +155,8 @@ class InferenceConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         cfg = cls(**{k: v for k, v in d.items() if k in names})
         for name, e in cfg.efforts.items():  # a stability threshold only the joint rule reads
+            if e.line_steps is not None and e.line_steps < 1:
+                raise ValueError(f"effort {name!r}: line_steps must be at least 1, got {e.line_steps}")
             if e.stable is not None and (e.gamma is None or not 0.0 <= e.stable <= 1.0):
                 raise ValueError(
                     f"effort {name!r}: stable needs a gamma and a value in [0, 1], got {e.stable}"

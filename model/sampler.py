@@ -31,6 +31,11 @@ Alg. 2 with low-confidence remasking). Design decisions:
   neighbours' commits joins without spending the budget (README, session 25: 15.1% at 1.90
   tokens/step against the bound alone's 15.2% at 1.74 and 14.1% at 1.91; session 26: with any
   repeat committed, 14.3% at 2.07 against the p1 bound's 13.5% at 2.05).
+- Step budget (``StepBudget``): a wrapper that gives any rule at most so many steps per block and
+  commits everything still masked at the last one (each row its own budget, so one batch can hold
+  budgeted one-line requests beside unbudgeted ones). The rules spend most steps of a one-line
+  answer on its last uncertain tokens, one at a time; by the budget's last step the rest of the line
+  is written around them, and committing them together loses little (README, session 34).
 - Cache policy (``CachePolicy``): ``ContextCache`` runs the context once and reuses its keys/values at
   every step (exact, because the model's context never attends to the canvas; transformer.py).
   ``NoCache`` recomputes the whole sequence every step; it exists to test that the cache is exact.
@@ -46,7 +51,7 @@ Alg. 2 with low-confidence remasking). Design decisions:
 - Stop hook (``done``): a caller may end a row early, e.g. once the committed start of its answer
   holds a stop sequence (model/api.py). Such a row's undecided positions become end-of-text, exactly
   as after a committed end-of-text, so one rule ends a row whichever way it finished, or once it can
-  no longer beat another row of its request (model/api.py, ``outscored``). The sampler knows nothing
+  no longer beat another row of its request (model/ensemble.py). The sampler knows nothing
   of text or requests; the hook sees only tokens and their confidences.
 - Draft hook (``draft``): a ``canvas_draft`` model gets, before every step, the region token each
   canvas position would copy, aligned on what each row has committed so far (model/draft.py).
@@ -83,10 +88,15 @@ class UnmaskRule(Protocol):
     uses_margin: bool  # select reads p1 - p2 (top-2 margin) instead of p1 as each token's certainty
 
     def select(
-        self, conf: torch.Tensor, active: torch.Tensor, repeated: torch.Tensor | None = None
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor | None = None,
+        step: int = 0,
     ) -> torch.Tensor:
         """conf, active [B, n] (active = still masked) -> bool [B, n] of positions to commit.
-        ``repeated`` [B, n]: the position's token is the one it was predicted at the previous step."""
+        ``repeated`` [B, n]: the position's token is the one it was predicted at the previous step;
+        ``step``: how many steps the current block has taken before this one."""
         ...
 
 
@@ -104,7 +114,11 @@ class ThresholdRule:
     uses_margin: ClassVar[bool] = False
 
     def select(
-        self, conf: torch.Tensor, active: torch.Tensor, repeated: torch.Tensor | None = None
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor | None = None,
+        step: int = 0,
     ) -> torch.Tensor:
         return ((conf >= self.threshold) & active) | _top_k_mask(conf, active, 1)
 
@@ -123,7 +137,11 @@ class JointRule:
     stable: float = float("inf")
 
     def select(
-        self, conf: torch.Tensor, active: torch.Tensor, repeated: torch.Tensor | None = None
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor | None = None,
+        step: int = 0,
     ) -> torch.Tensor:
         # sorted by confidence, position k joins when the -log p of positions 0..k-1 sums to <= gamma
         # (the least confident member of the set is its max error term, which the bound leaves out)
@@ -144,9 +162,42 @@ class TopKRule:
     uses_margin: ClassVar[bool] = False
 
     def select(
-        self, conf: torch.Tensor, active: torch.Tensor, repeated: torch.Tensor | None = None
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor | None = None,
+        step: int = 0,
     ) -> torch.Tensor:
         return _top_k_mask(conf, active, self.k)
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """``inner``'s commits, and at a row's last budgeted step of a block every position still masked
+    there: a block takes at most ``steps[b]`` steps in row b (inf: no budget; [B]).
+
+    LLaDA decodes a block in a fixed number of steps (Nie et al. 2025, Alg. 2); here the inner rule
+    decides while the budget lasts, so a confident answer still ends sooner, and the last step
+    commits each remaining position's own prediction. A one-line answer is ~6 tokens and the rules
+    spend most of their steps on its last few uncertain ones; by then its context is mostly written
+    (README, session 34: medium's bound with a 4-step budget kept pass@1 at 1.8 tokens/step)."""
+
+    inner: UnmaskRule
+    steps: torch.Tensor  # [B] float: steps a block may take in each row
+
+    @property
+    def uses_margin(self) -> bool:
+        return self.inner.uses_margin
+
+    def select(
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor | None = None,
+        step: int = 0,
+    ) -> torch.Tensor:
+        last = (step + 1 >= self.steps)[:, None]  # [B, 1]
+        return self.inner.select(conf, active, repeated, step) | (active & last)
 
 
 def informative(tok: torch.Tensor, conf: torch.Tensor, active: torch.Tensor, eot_id: int) -> torch.Tensor:
@@ -367,6 +418,7 @@ def denoise(
     bias[[mask_id, *(suppress_ids or [])]] = float("-inf")
     for start in range(0, N, block_size):
         blk = slice(start, min(N, start + block_size))
+        k = 0  # steps this block has taken
         while True:
             active = ~fixed[:, blk]  # [B, n]
             if not bool(active.any()):
@@ -406,7 +458,8 @@ def denoise(
             if margin_m is not None:
                 cert = torch.zeros_like(conf).masked_scatter_(active, margin_m[:, 0].to(conf.dtype))
             repeated = (tok == prev[:, blk]) & active  # [B, n] predicted the same twice running
-            commit = rule.select(informative(tok, cert, active, eot_id), active, repeated)  # [B, n]
+            commit = rule.select(informative(tok, cert, active, eot_id), active, repeated, k)  # [B, n]
+            k += 1
             prev[:, blk] = torch.where(active & ~commit, tok, -1)
             canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])
             conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])

@@ -57,6 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--block-size", type=int, default=None, help="semi-autoregressive block size (default: the effort's)"
     )
     p.add_argument(
+        "--line-steps",
+        type=int,
+        default=None,
+        help="step budget per block of single-line requests (default: the effort's; 0: none)",
+    )
+    p.add_argument(
         "--no-stop", action="store_true", help="single-line suites: decode the whole canvas, then cut"
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-token-per-step baseline")
@@ -128,6 +134,7 @@ def evaluate(
     timeout: float,
     label: str,
     block_size: int | None = None,
+    line_steps: int | None = None,
     stop: list[str] | None = None,
 ) -> dict:
     from tqdm import tqdm
@@ -143,7 +150,11 @@ def evaluate(
                 t["suffix"],
                 max_tokens=max_tokens,
                 options=SamplingOptions(
-                    effort=effort, sequential=sequential, block_size=block_size, stop=list(stop or [])
+                    effort=effort,
+                    sequential=sequential,
+                    block_size=block_size,
+                    line_steps=line_steps,
+                    stop=list(stop or []),
                 ),
             )
         )
@@ -216,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
         single_line=single,
         timeout=args.timeout,
         block_size=args.block_size,
+        line_steps=args.line_steps,
         stop=["\n"] if single and not args.no_stop else [],
     )
     result = evaluate(engine, tasks, sequential=False, label="parallel", **kw)
@@ -238,6 +250,11 @@ def run(args: argparse.Namespace) -> int:
             "gamma": engine.inference.efforts[effort].gamma,  # set: the joint rule, not the threshold
             "margin": engine.inference.efforts[effort].margin,  # the joint rule reads p1 - p2
             "block_size": args.block_size or engine.inference.efforts[effort].block_for(edit=False),
+            "line_steps": (
+                args.line_steps
+                if args.line_steps is not None
+                else engine.inference.efforts[effort].line_steps
+            ),
             "max_tokens": max_tokens,
             "single_line_cut": single,
             "stop": kw["stop"],

@@ -86,6 +86,41 @@ def test_fim_block_size_applies_to_fim_requests_only(engine: Engine) -> None:
     assert InferenceConfig.from_dict(eng.inference.to_dict()).efforts["low"] == bad  # config.json round trip
 
 
+def test_line_steps_budget_single_line_fim_requests_only(engine: Engine) -> None:
+    """An effort's ``line_steps`` caps each block of a single-line FIM request (stops hold a
+    newline); a multi-line request, a request's own 0 and the one-token baseline keep no budget."""
+    from model.config import EffortPreset, InferenceConfig
+
+    slow = EffortPreset(threshold=1.01, block_size=32, line_steps=2)  # one token a step, 2 steps
+    eng = copy.copy(engine)
+    eng.inference = dataclasses.replace(
+        engine.inference, efforts={**engine.inference.efforts, "low": slow}, line_canvases=()
+    )
+
+    def run(stop: list[str], **kw) -> object:
+        o = SamplingOptions(effort="low", stop=stop, **kw)
+        return eng.complete(FimRequest("def f(x):\n    return ", "\n", max_tokens=24, options=o))
+
+    line, free = run(["\n"]), run([])
+    assert line.steps <= 2 < free.steps
+    assert run(["\n"], line_steps=0).steps == free.steps
+    assert run(["\n"], line_steps=5).steps <= 5
+    assert run(["\n"], sequential=True).steps == run(["\n"], sequential=True, line_steps=0).steps > 2
+    # a batch holding both decodes each as it would alone
+    both = eng.complete_batch(
+        [
+            FimRequest("def f(x):\n    return ", "\n", 24, SamplingOptions(effort="low", stop=s))
+            for s in (["\n"], [])
+        ]
+    )
+    assert [c.text for c in both] == [line.text, free.text]
+    with pytest.raises(ValueError, match="line_steps"):
+        run(["\n"], line_steps=-1)
+    assert InferenceConfig.from_dict(eng.inference.to_dict()).efforts["low"] == slow
+    with pytest.raises(ValueError, match="line_steps must be at least 1"):
+        InferenceConfig.from_dict({"efforts": {"low": {**dataclasses.asdict(slow), "line_steps": 0}}})
+
+
 def test_next_edits_default_to_the_edit_effort(engine: Engine) -> None:
     from model.config import EffortPreset, InferenceConfig
 

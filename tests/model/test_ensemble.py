@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from model.api import Engine, FimRequest, SamplingOptions, line_likelihood, outscored
+from model.api import Engine, FimRequest, SamplingOptions, line_likelihood
+from model.ensemble import outscored
 
 EOT, M = 0, 9  # end-of-text and a stand-in for an undecided position's token
 

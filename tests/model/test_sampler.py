@@ -7,7 +7,15 @@ import torch
 
 from model.config import PRESETS, ModelConfig
 from model.draft import step_drafts
-from model.sampler import ContextCache, JointRule, NoCache, ThresholdRule, TopKRule, denoise
+from model.sampler import (
+    ContextCache,
+    JointRule,
+    NoCache,
+    StepBudget,
+    ThresholdRule,
+    TopKRule,
+    denoise,
+)
 from model.transformer import Transformer
 
 MASK, EOT, V = 1, 0, 300
@@ -254,7 +262,9 @@ class _Recorder:
     def __init__(self, uses_margin: bool):
         self.uses_margin, self.seen, self.repeated = uses_margin, [], []
 
-    def select(self, conf: torch.Tensor, active: torch.Tensor, repeated: torch.Tensor) -> torch.Tensor:
+    def select(
+        self, conf: torch.Tensor, active: torch.Tensor, repeated: torch.Tensor, step: int = 0
+    ) -> torch.Tensor:
         self.seen.append(conf.clone())
         self.repeated.append(repeated.clone())
         return TopKRule(1).select(conf, active)
@@ -310,3 +320,32 @@ def test_repeated_marks_positions_predicted_the_same_at_the_previous_step(model:
         assert torch.equal(rule.repeated[step], (pred == prev) & masked), f"step {step}"
         prev = torch.where(masked & (after == MASK), pred, -1)
     assert not rule.repeated[0].any() and any(r.any() for r in rule.repeated[1:])
+
+
+def test_a_step_budget_commits_what_is_left_at_its_last_step(model: Transformer) -> None:
+    """Each row's blocks take at most its budget's steps; the last commits every masked position
+    at its own prediction, so a budget of 1 is the whole block at once (threshold 0)."""
+    at_once = _run(model, rule=ThresholdRule(0.0))
+    one = _run(model, rule=StepBudget(TopKRule(1), torch.tensor([1.0, 1.0])))
+    assert torch.equal(one.tokens, at_once.tokens) and one.steps == at_once.steps
+    # row 0 has 3 steps a block, row 1 none: row 0's first block is written after 3 steps,
+    # as one token per step for 2 steps and then the rest; row 1 decodes exactly as without
+    free = _run(model, rule=TopKRule(1), record=True)
+    res = _run(model, rule=StepBudget(TopKRule(1), torch.tensor([3.0, float("inf")])), record=True)
+    assert not bool((res.canvases[2][0, :8] == MASK).any())
+    assert int((res.canvases[1][0, :8] == MASK).sum()) == 6
+    assert torch.equal(res.tokens[1], free.tokens[1]) and res.steps == free.steps
+    assert torch.equal(res.canvases[1][0], free.canvases[1][0])  # the inner rule's while it lasts
+    # the remaining positions get the predictions of the budget's last step, one pass over the block
+    ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(0))
+    ids = torch.cat([ctx, res.canvases[1]], dim=1)
+    logits = model(ids, context_lens=torch.tensor([20, 20]))[0, 20:28].float()  # [8, V]
+    logits[:, MASK] = float("-inf")
+    open_ = res.canvases[1][0, :8] == MASK  # [8]
+    want = logits.argmax(-1)[open_]
+    got = res.canvases[2][0, :8][open_]
+    eot_at = (res.canvases[2][0, :8] == EOT).nonzero()
+    if len(eot_at):  # after an end-of-text the tail is end-of-text whatever was predicted there
+        cut = int(open_[: int(eot_at[0])].sum()) + 1
+        want, got = want[:cut], got[:cut]
+    assert torch.equal(got, want)
