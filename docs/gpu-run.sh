@@ -14,10 +14,10 @@ mkdir -p $T
 DEV=${DEV:-cuda} PRE=${PRE:-mini} ROWS=${ROWS:-400000} BS=${BS:-256} LR=${LR:-1e-3}
 N=${N:-10000} DB=${DB:-512} W=${W:-16} COMPILE=${COMPILE---compile} MIX=${MIX:-0.25,0.4,0.1,0.25}
 INIT=${INIT:-model/checkpoints/default}  # the starting weights of every run, and the distilling runs' teacher
-EV=${EV:-1000} DEADLINE=${DEADLINE:-545} MARGIN=${MARGIN:-60} CERT_B=${CERT_B:-0.15} CERT_C=${CERT_C:-0.4}
+EV=${EV:-1000} DEADLINE=${DEADLINE:-545} MARGIN=${MARGIN:-60} CERT_B=${CERT_B:-0} DEC_C=${DEC_C:-0.3}
 RUNS=${RUNS:-"A $MIX
 B $MIX --distill $N --distill-share ${SHARE:-0.3} --certainty $CERT_B
-C $MIX --distill $N --distill-share ${SHARE:-0.3} --certainty $CERT_C"}
+C $MIX --distill $N --distill-share ${SHARE:-0.3} --decision-t-min $DEC_C"}
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 left() { python3 -c "print(max(0.2, ($DEADLINE - $(el) - $MARGIN) / 60))"; }  # minutes of training left

@@ -25,7 +25,8 @@ Design decisions:
 - The next batch is prepared on a thread while a step runs (``draw``); the row indices are still
   drawn in order from the run's seeded generator, so batches do not depend on the thread.
 - Self-distillation (``distill_dir``, model/distill.py): a fixed share of each batch comes from a
-  second row store of the teacher's answers, the rest from the corpus; both take the same loss.
+  second row store of the teacher's answers, the rest from the corpus; both take the same loss
+  unless ``decision_t_min`` re-aims the teacher rows' masking at the sampler's decisions.
 - Logs are JSON lines in ``<run>/train.log.jsonl``.
 """
 
@@ -91,6 +92,9 @@ class TrainConfig:
     distill_dir: Path | None = None
     distill_share: float = 0.5  # half teacher rows, half the corpus (keeps next edit and multi-line)
     certainty: float = 0.0  # weight of the certainty-forcing entropy term on teacher rows (diffusion.py)
+    # teacher rows: t ~ U(decision_t_min, 1) and the mean CE over their answer's masked decisions
+    # (diffusion.py, decision weighting); None: the MDLM weight, like corpus rows
+    decision_t_min: float | None = None
 
 
 def bf16_supported(device: str) -> bool:
@@ -359,6 +363,8 @@ def train(cfg: TrainConfig) -> Path:
                 cfg.ordered_share,
                 certain_rows=certain_rows,
                 certainty=cfg.certainty,
+                decision_t_min=cfg.decision_t_min,
+                eot_id=tok.eot_id,
             )
         opt.zero_grad(set_to_none=True)
         loss.backward()

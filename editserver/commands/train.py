@@ -188,6 +188,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "positions the model already predicts right (model/diffusion.py; default 0: off)",
     )
     p.add_argument(
+        "--decision-t-min",
+        type=float,
+        default=None,
+        metavar="T",
+        help="with --distill: mask teacher rows at t ~ U(T, 1) and score only their answer's tokens "
+        "and first end-of-text, each row's mean (model/diffusion.py; default: the MDLM weight; "
+        "0.3 in README session 39)",
+    )
+    p.add_argument(
         "--teacher",
         type=Path,
         default=None,
@@ -252,6 +261,9 @@ def run(args: argparse.Namespace) -> int:
             "--distill must be >= 0, --distill-share in (0, 1] and --distill-batch >= 1, got "
             f"{args.distill}, {args.distill_share}, {args.distill_batch}"
         )
+        return 2
+    if args.decision_t_min is not None and not (args.distill and 0.0 <= args.decision_t_min < 1.0):
+        print(f"--decision-t-min needs --distill and a value in [0, 1), got {args.decision_t_min}")
         return 2
     if args.workers < 1:
         print(f"--workers must be at least 1, got {args.workers}")
@@ -351,6 +363,7 @@ def run(args: argparse.Namespace) -> int:
         distill_dir=distill_dir,
         distill_share=args.distill_share,
         certainty=args.certainty,
+        decision_t_min=args.decision_t_min,
     )
     ckpt = train(cfg)
     print(f"checkpoint: {ckpt}")

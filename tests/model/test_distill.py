@@ -3,6 +3,7 @@ answers in the training layout, and training takes its batches' share from them.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -11,7 +12,7 @@ import torch
 
 from model.api import Engine, FimRequest, SamplingOptions
 from model.data import Row, RowBuilder, RowStore
-from model.diffusion import diffusion_loss
+from model.diffusion import diffusion_loss, mask_batch
 from model.distill import TEACHER_CANVASES, build_distill_store, fim_texts
 from model.train import TrainConfig, _batch, _mixed_batch, train
 from tests.conftest import CORPUS, train_cli
@@ -83,7 +84,8 @@ def _tiny_run(tmp_path, tok, distill_rows: list, share: float) -> TrainConfig:
     )
 
 
-def test_training_learns_the_teacher_rows(tmp_path) -> None:
+@pytest.mark.parametrize("decision_t_min", [None, 0.3])  # MDLM or decision-weighted teacher rows
+def test_training_learns_the_teacher_rows(tmp_path, decision_t_min: float | None) -> None:
     from model.checkpoint import load_checkpoint
     from model.tokenizer import train_tokenizer
 
@@ -91,7 +93,7 @@ def test_training_learns_the_teacher_rows(tmp_path) -> None:
     ctx = [tok.fim_prefix_id, *tok.encode("x = "), tok.fim_suffix_id, tok.fim_middle_id]
     answer = tok.encode("add(a, b)\n")
     rows = [Row(ctx + answer + [tok.eot_id] * 6, len(ctx))] * 4
-    cfg = _tiny_run(tmp_path, tok, rows, share=0.5)
+    cfg = dataclasses.replace(_tiny_run(tmp_path, tok, rows, share=0.5), decision_t_min=decision_t_min)
     store = RowStore(tmp_path / "distill")
 
     def loss_of(model) -> float:
@@ -161,6 +163,81 @@ def test_certainty_term_is_the_entropy_of_right_predictions_on_teacher_rows() ->
     assert stats["entropy"] > 0 and torch.allclose(some, base + 2.0 * stats["entropy"], atol=1e-5)
     some.backward()  # it trains: the term has a gradient
     assert model.embed.weight.grad is not None
+
+
+def _answers(eot: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Four rows: a 6-token context, answers of 3, 0, 9 and 5 tokens, then end-of-text padding."""
+    ids = torch.randint(3, 50, (4, 24))  # [B, L]
+    for b, n in enumerate([3, 0, 9, 5]):
+        ids[b, 6 + n :] = eot
+    return ids, torch.full((4,), 6), torch.full((4,), 24)
+
+
+def test_decision_rows_score_each_masked_answer_token_and_the_first_end_of_text() -> None:
+    eot, mask = 2, 1
+    ids, ctx, lens = _answers(eot)
+    rows = torch.tensor([False, True, True, True])
+
+    def draw(decision):
+        return mask_batch(ids, ctx, lens, mask, torch.Generator().manual_seed(3), 0.0, decision, 0.6, eot)
+
+    base = mask_batch(ids, ctx, lens, mask, torch.Generator().manual_seed(3))
+    for a, b in zip(draw(torch.zeros(4, dtype=torch.bool)), base):  # no decision row: MDLM exactly
+        assert torch.equal(a, b)
+    noisy, masked, t, weight = draw(rows)
+    assert torch.equal(t[0], base[2][0]) and bool((t[1:] >= 0.6).all())  # the same draw, rescaled
+    assert torch.equal(weight[0], base[3][0])  # a corpus row keeps its MDLM weight
+    pos = torch.arange(24)
+    for b, n in [(1, 0), (2, 9), (3, 5)]:
+        decisions = masked[b] & (pos >= 6) & (pos <= 6 + n)  # the answer and its first end-of-text
+        assert torch.equal(weight[b] > 0, decisions)  # padding after it may be masked, never scored
+        if decisions.any():
+            assert torch.isclose(weight[b].sum(), torch.tensor(1.0))  # each row: its mean CE
+    assert bool((masked[1:, 6:] & (weight[1:, 6:] == 0)).any())  # masked padding exists unscored
+
+
+def test_decision_loss_is_the_mean_of_each_teacher_rows_mean_decision_ce() -> None:
+    from model.config import PRESETS, ModelConfig
+    from model.transformer import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 50}))
+    eot, mask = 2, 1
+    ids, ctx, lens = _answers(eot)
+    rows = torch.tensor([False, False, True, True])
+    loss, _ = diffusion_loss(
+        model,
+        ids,
+        ctx,
+        lens,
+        mask,
+        torch.Generator().manual_seed(4),
+        certain_rows=rows,
+        decision_t_min=0.3,
+        eot_id=eot,
+    )
+    noisy, masked, t, weight = mask_batch(
+        ids, ctx, lens, mask, torch.Generator().manual_seed(4), 0.0, rows, 0.3, eot
+    )
+    with torch.no_grad():
+        logits = model(noisy, context_lens=ctx, seq_lens=lens).float()  # [B, L, V]
+    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")  # [B, L]
+    pos = torch.arange(24)
+    want = []
+    for b in range(4):
+        if rows[b]:
+            first = 6 + int((ids[b, 6:] != eot).sum())
+            d = masked[b] & (pos >= 6) & (pos <= first)
+            want.append(ce[b][d].mean() if d.any() else torch.tensor(0.0))
+        else:  # MDLM: (1/t) * summed masked CE / |canvas|
+            want.append(ce[b][masked[b]].sum() / (t[b] * 18))
+    assert torch.isclose(loss, torch.stack(want).sum() / 4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [["--decision-t-min", "0.3"], ["--distill", "10", "--decision-t-min", "1"]])
+def test_train_cli_rejects_decision_weighting_without_teacher_rows_or_out_of_range(tmp_path, bad) -> None:
+    r = train_cli("--run", str(tmp_path / "r"), *bad)
+    assert r.returncode == 2 and "--decision-t-min" in r.stdout and not (tmp_path / "r").exists()
 
 
 def test_prepare_only_builds_the_teacher_rows_and_does_not_train(shipped_engine, tmp_path) -> None:
