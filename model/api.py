@@ -227,7 +227,8 @@ class Engine:
             return TopKRule(1), block
         if o.threshold is None and preset.gamma is not None:
             stable = preset.stable if preset.stable is not None else float("inf")
-            return JointRule(preset.gamma, preset.threshold, preset.margin, stable), block
+            one_copy = preset.one_copy and not edit
+            return JointRule(preset.gamma, preset.threshold, preset.margin, stable, one_copy), block
         return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), block
 
     def _line_steps(self, r: FimRequest | EditRequest) -> int | None:

@@ -89,6 +89,10 @@ class EffortPreset:
     # as many tasks passed at 5% more tokens per step; medium keeps none: a budget of 5 lost one
     # HumanEval task but 58 -> 43 exact held-out lines (README, session 34)
     line_steps: int | None = None
+    # FIM only: of two adjacent undecided positions predicting the same token, a step commits the more
+    # certain one (sampler.JointRule.one_copy). The shipped low, instant and medium: true (README,
+    # session 40). A next-edit rewrite copies real doubles (blank lines, brackets) from its draft.
+    one_copy: bool = False
 
     def block_for(self, edit: bool) -> int:
         """The block length of a next-edit (``edit``) or FIM request at this effort."""
@@ -158,6 +162,8 @@ class InferenceConfig:
         for name, e in cfg.efforts.items():  # a stability threshold only the joint rule reads
             if e.line_steps is not None and e.line_steps < 1:
                 raise ValueError(f"effort {name!r}: line_steps must be at least 1, got {e.line_steps}")
+            if e.one_copy and e.gamma is None:
+                raise ValueError(f"effort {name!r}: one_copy needs a gamma (the joint rule)")
             if e.stable is not None and (e.gamma is None or not 0.0 <= e.stable <= 1.0):
                 raise ValueError(
                     f"effort {name!r}: stable needs a gamma and a value in [0, 1], got {e.stable}"

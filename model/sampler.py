@@ -31,6 +31,9 @@ Alg. 2 with low-confidence remasking). Design decisions:
   neighbours' commits joins without spending the budget (README, session 25: 15.1% at 1.90
   tokens/step against the bound alone's 15.2% at 1.74 and 14.1% at 1.91; session 26: with any
   repeat committed, 14.3% at 2.07 against the p1 bound's 13.5% at 2.05).
+- One copy at a time (``JointRule.one_copy``): of two adjacent undecided positions predicting the
+  same token, a step commits the more certain; each may be placing the one token the line needs
+  (``return 'No''``). A true double commits later (README, session 40).
 - Step budget (``StepBudget``): a wrapper that gives any rule at most so many steps per block and
   commits everything still masked at the last one (each row its own budget, so one batch can hold
   budgeted one-line requests beside unbudgeted ones). A loose rule spends its last steps of a
@@ -93,10 +96,12 @@ class UnmaskRule(Protocol):
         active: torch.Tensor,
         repeated: torch.Tensor | None = None,
         step: int = 0,
+        tok: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """conf, active [B, n] (active = still masked) -> bool [B, n] of positions to commit.
         ``repeated`` [B, n]: the position's token is the one it was predicted at the previous step;
-        ``step``: how many steps the current block has taken before this one."""
+        ``step``: how many steps the current block has taken before this one; ``tok`` [B, n]: each
+        position's predicted token."""
         ...
 
 
@@ -119,6 +124,7 @@ class ThresholdRule:
         active: torch.Tensor,
         repeated: torch.Tensor | None = None,
         step: int = 0,
+        tok: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return ((conf >= self.threshold) & active) | _top_k_mask(conf, active, 1)
 
@@ -135,6 +141,7 @@ class JointRule:
     # end-of-text included (its certainty reads 0): that ends the canvas there, as predicted twice,
     # without spending the step the bound's top-1 always takes.
     stable: float = float("inf")
+    one_copy: bool = False  # of two adjacent same-token predictions, the surer (docstring; needs tok)
 
     def select(
         self,
@@ -142,6 +149,7 @@ class JointRule:
         active: torch.Tensor,
         repeated: torch.Tensor | None = None,
         step: int = 0,
+        tok: torch.Tensor | None = None,
     ) -> torch.Tensor:
         # sorted by confidence, position k joins when the -log p of positions 0..k-1 sums to <= gamma
         # (the least confident member of the set is its max error term, which the bound leaves out)
@@ -153,7 +161,20 @@ class JointRule:
         chosen = torch.zeros_like(active).scatter_(1, order, keep) & active
         if repeated is not None:
             chosen |= repeated & active & (conf >= self.stable)
+        if self.one_copy and tok is not None:
+            chosen &= ~weaker_twin(chosen, tok, conf)
         return chosen
+
+
+def weaker_twin(chosen: torch.Tensor, tok: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
+    """[B, n] the less certain member (the right one on a tie) of every two adjacent ``chosen``
+    positions with the same ``tok``. Every pair keeps a member, so a step still commits."""
+    both = chosen[:, 1:] & chosen[:, :-1] & (tok[:, 1:] == tok[:, :-1])  # [B, n-1] pair (i, i+1)
+    left_weaker = conf[:, :-1] < conf[:, 1:]  # [B, n-1]
+    out = torch.zeros_like(chosen)
+    out[:, :-1] |= both & left_weaker
+    out[:, 1:] |= both & ~left_weaker
+    return out
 
 
 @dataclass(frozen=True)
@@ -167,6 +188,7 @@ class TopKRule:
         active: torch.Tensor,
         repeated: torch.Tensor | None = None,
         step: int = 0,
+        tok: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return _top_k_mask(conf, active, self.k)
 
@@ -194,9 +216,10 @@ class StepBudget:
         active: torch.Tensor,
         repeated: torch.Tensor | None = None,
         step: int = 0,
+        tok: torch.Tensor | None = None,
     ) -> torch.Tensor:
         last = (step + 1 >= self.steps)[:, None]  # [B, 1]
-        return self.inner.select(conf, active, repeated, step) | (active & last)
+        return self.inner.select(conf, active, repeated, step, tok) | (active & last)
 
 
 def informative(tok: torch.Tensor, conf: torch.Tensor, active: torch.Tensor, eot_id: int) -> torch.Tensor:
@@ -457,7 +480,7 @@ def denoise(
             if margin_m is not None:
                 cert = torch.zeros_like(conf).masked_scatter_(active, margin_m[:, 0].to(conf.dtype))
             repeated = (tok == prev[:, blk]) & active  # [B, n] predicted the same twice running
-            commit = rule.select(informative(tok, cert, active, eot_id), active, repeated, k)  # [B, n]
+            commit = rule.select(informative(tok, cert, active, eot_id), active, repeated, k, tok)  # [B, n]
             k += 1
             prev[:, blk] = torch.where(active & ~commit, tok, -1)
             canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])

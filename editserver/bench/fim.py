@@ -249,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
             "threshold": engine.inference.efforts[effort].threshold,
             "gamma": engine.inference.efforts[effort].gamma,  # set: the joint rule, not the threshold
             "margin": engine.inference.efforts[effort].margin,  # the joint rule reads p1 - p2
+            "one_copy": engine.inference.efforts[effort].one_copy,  # adjacent same tokens: the surer
             "block_size": args.block_size or engine.inference.efforts[effort].block_for(edit=False),
             "line_steps": (
                 args.line_steps

@@ -151,6 +151,24 @@ def test_a_stability_threshold_needs_the_joint_rule_and_a_probability() -> None:
             InferenceConfig.from_dict({"efforts": {"low": bad}, "default_effort": "low"})
 
 
+def test_one_copy_is_for_fim_and_needs_the_joint_rule(engine: Engine) -> None:
+    from model.config import EffortPreset, InferenceConfig
+    from model.sampler import JointRule
+
+    low = EffortPreset(threshold=0.9, block_size=32, gamma=0.1, one_copy=True)
+    eng = copy.copy(engine)
+    eng.inference = dataclasses.replace(engine.inference, efforts={**engine.inference.efforts, "low": low})
+    assert eng._rule(SamplingOptions(effort="low"), edit=False)[0] == JointRule(0.1, 0.9, one_copy=True)
+    # a rewrite copies real doubles (blank lines, brackets) from its draft: next edits never use it
+    assert eng._rule(SamplingOptions(effort="low"), edit=True)[0] == JointRule(0.1, 0.9)
+    d = {"efforts": {"low": dataclasses.asdict(low)}, "default_effort": "low"}
+    assert InferenceConfig.from_dict(InferenceConfig.from_dict(d).to_dict()).efforts["low"] == low
+    with pytest.raises(ValueError, match="one_copy needs a gamma"):
+        InferenceConfig.from_dict(
+            {"efforts": {"low": {**d["efforts"]["low"], "gamma": None}}, "default_effort": "low"}
+        )
+
+
 def test_block_size_override(engine: Engine) -> None:
     # threshold 0 commits a whole block per step: the block size sets the step count
     wide = SamplingOptions(threshold=0.0, block_size=16)

@@ -15,6 +15,7 @@ from model.sampler import (
     ThresholdRule,
     TopKRule,
     denoise,
+    weaker_twin,
 )
 from model.transformer import Transformer
 
@@ -260,13 +261,19 @@ class _Recorder:
     """One token per step, recording the certainty the sampler hands the rule."""
 
     def __init__(self, uses_margin: bool):
-        self.uses_margin, self.seen, self.repeated = uses_margin, [], []
+        self.uses_margin, self.seen, self.repeated, self.tok = uses_margin, [], [], []
 
     def select(
-        self, conf: torch.Tensor, active: torch.Tensor, repeated: torch.Tensor, step: int = 0
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor,
+        step: int = 0,
+        tok: torch.Tensor | None = None,
     ) -> torch.Tensor:
         self.seen.append(conf.clone())
         self.repeated.append(repeated.clone())
+        self.tok.append(tok.clone())
         return TopKRule(1).select(conf, active)
 
 
@@ -305,6 +312,30 @@ def test_a_stable_joint_rule_adds_tokens_predicted_the_same_twice() -> None:
     assert got.tolist() == [[True, True, True, True], [True, True, False, False]]
 
 
+def test_one_copy_commits_the_surer_of_two_adjacent_same_token_predictions() -> None:
+    conf = torch.tensor([[0.95, 0.9, 0.97, 0.2], [0.99, 0.98, 0.97, 0.96]])
+    active = torch.ones(2, 4, dtype=torch.bool)
+    tok = torch.tensor([[5, 7, 7, 9], [4, 4, 4, 8]])  # [B, n] row 0: a pair at 1-2; row 1: a run of 3
+    loose = JointRule(float("inf"))  # the bound alone takes every active position
+    assert loose.select(conf, active, tok=tok).all()
+    got = JointRule(float("inf"), one_copy=True).select(conf, active, tok=tok)
+    # row 0: 0.9 waits beside the same token at 0.97; row 1: each pair of the run loses its weaker
+    # member, so only the surest of the three commits now
+    assert got.tolist() == [[True, False, True, True], [True, False, False, True]]
+    assert torch.equal(
+        JointRule(float("inf"), one_copy=True).select(conf, active), loose.select(conf, active)
+    )
+    # never empty: every pair keeps a member (a tie keeps the left one)
+    tie = torch.full((1, 3), 0.5)
+    same = torch.tensor([[3, 3, 3]])
+    assert weaker_twin(torch.ones(1, 3, dtype=torch.bool), same, tie).tolist() == [[False, True, True]]
+    one = JointRule(0.0, one_copy=True).select(tie, torch.ones(1, 3, dtype=torch.bool), tok=same)
+    assert int(one.sum()) == 1
+    # pairs are of chosen positions only: a same token beside an uncommitted one is no pair
+    only = torch.tensor([[True, False, True, False]])
+    assert not weaker_twin(only, tok[:1], conf[:1]).any()
+
+
 def test_repeated_marks_positions_predicted_the_same_at_the_previous_step(model: Transformer) -> None:
     """The loop's record of each position's last prediction, checked against full forward passes
     over the canvas before every step (block 0 of 8 positions: one token per step, 8 steps)."""
@@ -318,6 +349,7 @@ def test_repeated_marks_positions_predicted_the_same_at_the_previous_step(model:
         logits[..., MASK] = float("-inf")
         pred, masked = logits.argmax(-1), canvas == MASK  # [2, 8]
         assert torch.equal(rule.repeated[step], (pred == prev) & masked), f"step {step}"
+        assert torch.equal(rule.tok[step][masked], pred[masked])  # the rule sees each prediction
         prev = torch.where(masked & (after == MASK), pred, -1)
     assert not rule.repeated[0].any() and any(r.any() for r in rule.repeated[1:])
 
