@@ -53,6 +53,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from model.sampler import first_true
 from model.transformer import Transformer
 
 
@@ -73,7 +74,7 @@ def mask_batch(
     generator: torch.Generator,
     ordered_share: float = 0.0,
     decision_rows: torch.Tensor | None = None,  # [B] bool: rows taking the decision weighting
-    decision_t_min: float = 0.3,
+    decision_t_min: float = 0.0,  # decision rows draw t ~ U(decision_t_min, 1)
     eot_id: int = -1,  # end-of-text, which ends a decision row's answer
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Returns (noisy ids [B, L], masked [B, L] bool, t [B], loss weight [B, L]).
@@ -92,7 +93,7 @@ def mask_batch(
     canvas_len = (seq_lens - context_lens).clamp_min(1).float()  # [B]
     weight = (1.0 / (t * canvas_len))[:, None].expand(B, L)  # [B, L]
     if decision_rows is not None:
-        first_eot = torch.where((ids == eot_id) & on_canvas, pos, L).min(dim=1).values  # [B]; L: none
+        first_eot = first_true((ids == eot_id) & on_canvas)  # [B]; L where a row has none
         decisions = on_canvas & (pos <= first_eot[:, None]) & masked  # [B, L]
         per_row = 1.0 / decisions.sum(dim=1).clamp_min(1).float()  # [B]
         weight = torch.where(decision_rows[:, None], decisions * per_row[:, None], weight)
