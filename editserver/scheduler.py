@@ -77,6 +77,9 @@ class Job:
             o.block_size,
             o.line_steps,
             o.sequential,
+            o.left_to_right,
+            o.lookahead,
+            o.lookahead_agree,
             o.seed,
         )
 

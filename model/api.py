@@ -62,6 +62,7 @@ import torch
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.draft import draft_region, step_drafts
 from model.ensemble import outscored
+from model.lookahead import Lookahead
 from model.prompt import (
     EDIT_OPEN,
     EditPrompt,
@@ -72,6 +73,7 @@ from model.prompt import (
 )
 from model.sampler import (
     JointRule,
+    LeftmostRule,
     StepBudget,
     ThresholdRule,
     TopKRule,
@@ -95,7 +97,13 @@ class SamplingOptions:
     threshold: float | None = None  # overrides the effort's unmasking threshold
     block_size: int | None = None  # overrides the effort's semi-autoregressive block size
     line_steps: int | None = None  # overrides the effort's single-line step budget (0: no budget)
-    sequential: bool = False  # one token per step (the quality baseline)
+    sequential: bool = False  # one token per step (the quality baseline): the most confident
+    left_to_right: bool = False  # with ``sequential``: the leftmost still-masked position each step
+    # verify this many guessed future steps of the rule per model call (model/lookahead.py): the
+    # rule's own answer in fewer calls; None: the effort's ``lookahead``, 0: off
+    lookahead: int | None = None
+    # accept a guessed step the model agrees with, in whatever order (model/lookahead.py); None: the effort's
+    lookahead_agree: bool | None = None
     seed: int = 0
     record_canvases: bool = False  # keep every intermediate draft (for ``diffusing`` streams)
     on_step: Callable[[str], None] | None = None  # called with the whole current draft each step
@@ -140,6 +148,7 @@ class Completion:
     # the stop sequence the text was cut at; None when the answer ended at end-of-text or the canvas
     # end (both are finish_reason "stop"/"length" too, so this is how a caller tells them apart)
     stop_sequence: str | None = None
+    row_steps: int = 0  # canvas rows the steps computed: the compute lookahead spends for fewer steps
 
     @property
     def tokens_per_step(self) -> float:
@@ -224,12 +233,28 @@ class Engine:
         if block < 1:
             raise ValueError(f"block_size must be at least 1, got {block}")
         if o.sequential:
-            return TopKRule(1), block
+            return (LeftmostRule() if o.left_to_right else TopKRule(1)), block
         if o.threshold is None and preset.gamma is not None:
             stable = preset.stable if preset.stable is not None else float("inf")
             one_copy = preset.one_copy and not edit
             return JointRule(preset.gamma, preset.threshold, preset.margin, stable, one_copy), block
         return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), block
+
+    def _lookahead(self, o: SamplingOptions) -> int:
+        """Lookahead depth of a request with options ``o`` (0: off)."""
+        preset = self.inference.efforts[self.resolve_effort(o.effort)]
+        depth = o.lookahead if o.lookahead is not None else (preset.lookahead or 0)
+        if depth < 0:
+            raise ValueError(f"lookahead must be at least 0 (0: off), got {depth}")
+        return depth
+
+    def _lookahead_piece(self, o: SamplingOptions, depth: int) -> Lookahead | None:
+        if not depth:
+            return None
+        agree = o.lookahead_agree
+        if agree is None:
+            agree = self.inference.efforts[self.resolve_effort(o.effort)].lookahead_agree
+        return Lookahead(depth, agree)
 
     def _line_steps(self, r: FimRequest | EditRequest) -> int | None:
         """The step budget per block of request ``r``'s rows: its effort's ``line_steps`` (or the
@@ -277,7 +302,10 @@ class Engine:
         o = reqs[0].options
         rule, block = self._rule(o, edit=kinds == {EditRequest})
         budget = [self._line_steps(r) for r in reqs]
+        depth = self._lookahead(o)
         if not o.sequential and any(b is not None for b in budget):
+            if depth:  # a budget counts steps, which lookahead changes (model/lookahead.py)
+                raise ValueError("lookahead cannot keep a step budget: use line_steps 0 with it")
             steps = [math.inf if b is None else float(b) for b in budget]
             rule = StepBudget(rule, torch.tensor(steps, device=self.device))
         parsed: list[EditPrompt | None] = [None] * len(reqs)
@@ -341,6 +369,7 @@ class Engine:
             canvas_pos=None if canvas_pos is None else canvas_pos.to(self.device),
             draft=draft,
             canvas_lens=torch.tensor(canvas_lens, device=self.device),
+            lookahead=self._lookahead_piece(o, depth),
         )
         latency = time.perf_counter() - t0
         out = []
@@ -367,6 +396,7 @@ class Engine:
                 token_confidences=confs,
                 steps=res.steps,
                 model_calls=res.model_calls,
+                row_steps=res.row_steps,
                 latency_s=latency,
                 canvases=[self._draft(cv[i]) for cv in res.canvases],
                 scored_confidences=scored,

@@ -93,6 +93,14 @@ class EffortPreset:
     # certain one (sampler.JointRule.one_copy). The shipped low, instant and medium: true (README,
     # session 40). A next-edit rewrite copies real doubles (blank lines, brackets) from its draft.
     one_copy: bool = False
+    # Guessed future steps of the rule verified per model call (model/lookahead.py; None: off): the
+    # effort's own answers in fewer steps, for up to lookahead + 1 rows a call. No shipped effort
+    # sets it: on two CPU cores the extra rows cost more time than the saved steps (README, session 41).
+    # It verifies rules that read only the current step: no ``stable``, no ``line_steps``.
+    lookahead: int | None = None
+    # With lookahead: accept a guessed step whenever the model predicts its tokens, not only when
+    # the rule would pick those positions next (model/lookahead.py)
+    lookahead_agree: bool = False
 
     def block_for(self, edit: bool) -> int:
         """The block length of a next-edit (``edit``) or FIM request at this effort."""
@@ -162,6 +170,10 @@ class InferenceConfig:
         for name, e in cfg.efforts.items():  # a stability threshold only the joint rule reads
             if e.line_steps is not None and e.line_steps < 1:
                 raise ValueError(f"effort {name!r}: line_steps must be at least 1, got {e.line_steps}")
+            if e.lookahead is not None and (e.lookahead < 1 or e.stable is not None or e.line_steps):
+                raise ValueError(
+                    f"effort {name!r}: lookahead must be at least 1 and needs no stable and no line_steps"
+                )
             if e.one_copy and e.gamma is None:
                 raise ValueError(f"effort {name!r}: one_copy needs a gamma (the joint rule)")
             if e.stable is not None and (e.gamma is None or not 0.0 <= e.stable <= 1.0):

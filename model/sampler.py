@@ -39,9 +39,9 @@ Alg. 2 with low-confidence remasking). Design decisions:
   budgeted one-line requests beside unbudgeted ones). A loose rule spends its last steps of a
   one-line answer on a few uncertain tokens, one at a time; by the budget's last step the rest of
   the line is written around them, and committing them together costs little (README, session 34).
-- Cache policy (``CachePolicy``): ``ContextCache`` runs the context once and reuses its keys/values at
-  every step (exact, because the model's context never attends to the canvas; transformer.py).
-  ``NoCache`` recomputes the whole sequence every step; it exists to test that the cache is exact.
+- Cache policy (``CachePolicy``, model/cache.py): ``ContextCache`` runs the context once and reuses
+  its keys/values at every step (exact: the context never attends to the canvas); ``NoCache`` is the
+  reference that recomputes everything.
 - End-of-text: once a row commits ``<|endoftext|>`` at position j, positions after j are set to
   end-of-text (training pads every answer with end-of-text to the canvas end, so nothing else can
   follow), and the row is finished: decoding stops early when every row is finished.
@@ -77,13 +77,15 @@ Alg. 2 with low-confidence remasking). Design decisions:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 import torch
 
 from model import ops
-from model.transformer import KVCache, Transformer
+from model.cache import CachePolicy, ContextCache
+from model.lookahead import Guess, Lookahead, check_rule
+from model.transformer import Transformer
 
 
 # ---- unmasking rules ---------------------------------------------------------------------------
@@ -194,6 +196,24 @@ class TopKRule:
 
 
 @dataclass(frozen=True)
+class LeftmostRule:
+    """One token per step, left to right: the first still-masked position of each row."""
+
+    uses_margin: ClassVar[bool] = False
+
+    def select(
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor | None = None,
+        step: int = 0,
+        tok: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        first = first_true(active)  # [B]
+        return torch.arange(active.shape[1], device=active.device)[None, :] == first[:, None]
+
+
+@dataclass(frozen=True)
 class StepBudget:
     """``inner``'s commits, and at a row's last budgeted step of a block every position still masked
     there: a block takes at most ``steps[b]`` steps in row b (inf: no budget; [B]).
@@ -236,109 +256,29 @@ def first_true(mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask.any(dim=1), mask.int().argmax(dim=1), N)
 
 
-# ---- cache policies ----------------------------------------------------------------------------
-class CachePolicy(Protocol):
-    def prepare(
-        self,
-        model: Transformer,
-        context: torch.Tensor,
-        lengths: torch.Tensor,
-        canvas_pos: torch.Tensor | None,
-        canvas_lens: torch.Tensor | None,
-    ) -> object: ...
-
-    def logits(
-        self,
-        model: Transformer,
-        state: object,
-        canvas: torch.Tensor,
-        only: slice,
-        draft: torch.Tensor | None,
-        want: torch.Tensor,
-    ) -> torch.Tensor:
-        """Logits [M, V] of the canvas positions ``only`` (the active block) that ``want`` [B, n]
-        marks (M of them, row-major); draft [B, N] or None."""
-        ...
-
-    def rows(self, state: object, idx: torch.Tensor) -> object:
-        """The state of rows ``idx`` [b] alone (rows of ``state``)."""
-        ...
-
-
-class ContextCache:
-    """Context keys/values computed once per request; each step runs only the canvas."""
-
-    def prepare(
-        self,
-        model: Transformer,
-        context: torch.Tensor,
-        lengths: torch.Tensor,
-        canvas_pos: torch.Tensor | None,
-        canvas_lens: torch.Tensor | None,
-    ) -> KVCache:
-        return replace(model.encode_context(context, lengths, canvas_pos), canvas_lens=canvas_lens)
-
-    def logits(
-        self,
-        model: Transformer,
-        state: object,
-        canvas: torch.Tensor,
-        only: slice,
-        draft: torch.Tensor | None,
-        want: torch.Tensor,
-    ) -> torch.Tensor:
-        assert isinstance(state, KVCache)
-        return model.forward_canvas(canvas, state, only, draft, want)
-
-    def rows(self, state: object, idx: torch.Tensor) -> KVCache:
-        assert isinstance(state, KVCache)
-        return state.rows(idx)
-
-
-class NoCache:
-    """Recompute context and canvas every step (reference for the cache's exactness)."""
-
-    def prepare(
-        self,
-        model: Transformer,
-        context: torch.Tensor,
-        lengths: torch.Tensor,
-        canvas_pos: torch.Tensor | None,
-        canvas_lens: torch.Tensor | None,
-    ) -> object:
-        if not bool((lengths == context.shape[1]).all()):
-            raise ValueError("NoCache needs rows of equal context length")
-        return context, canvas_pos, canvas_lens
-
-    @torch.no_grad()
-    def logits(
-        self,
-        model: Transformer,
-        state: object,
-        canvas: torch.Tensor,
-        only: slice,
-        draft: torch.Tensor | None,
-        want: torch.Tensor,
-    ) -> torch.Tensor:
-        assert isinstance(state, tuple)
-        context, canvas_pos, canvas_lens = state
-        ids = torch.cat([context, canvas], dim=1)
-        ctx = torch.full((ids.shape[0],), context.shape[1], device=ids.device)
-        if draft is not None:  # [B, Lc + N]: no draft over the context
-            draft = torch.cat([torch.full_like(context, -1), draft[:, : canvas.shape[1]]], dim=1)
-        seq = None if canvas_lens is None else ctx + canvas_lens  # keys past a row's canvas: padding
-        logits = model(ids, context_lens=ctx, seq_lens=seq, canvas_pos=canvas_pos, draft=draft)
-        return logits[:, context.shape[1] :][:, only][want]
-
-    def rows(self, state: object, idx: torch.Tensor) -> object:
-        assert isinstance(state, tuple)
-        return tuple(None if x is None else x[idx] for x in state)
-
-
 # ---- the loop ----------------------------------------------------------------------------------
-def _take(x: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor | None:
-    """Rows ``rows`` of ``x`` (all of it for None)."""
-    return x if x is None or rows is None else x[rows]
+def _drafts(
+    draft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    idx: torch.Tensor,  # [R] batch row of each canvas
+    can: torch.Tensor,  # [R, N]
+    fix: torch.Tensor,  # [R, N]
+    canvas: torch.Tensor,  # [B, N] the batch, for rows ``idx`` leaves out
+    fixed: torch.Tensor,  # [B, N]
+) -> torch.Tensor:
+    """The draft hook's tokens [R, N] for canvases that are states of batch rows ``idx`` (a row may
+    appear several times: lookahead's variants); the hook reads row b as batch row b, so each call
+    holds at most one state per row."""
+    out = torch.empty_like(can)
+    order = torch.argsort(idx, stable=True)
+    first = torch.searchsorted(idx[order], idx[order])  # [R] first slot of each sorted row
+    occ = torch.empty_like(idx)
+    occ[order] = torch.arange(len(idx), device=idx.device) - first  # [R] how often the row came before
+    for o in range(int(occ.max()) + 1 if len(idx) else 0):
+        r = (occ == o).nonzero().squeeze(1)
+        full_c, full_f = canvas.clone(), fixed.clone()
+        full_c[idx[r]], full_f[idx[r]] = can[r], fix[r]
+        out[r] = draft(full_c, full_f)[idx[r]]
+    return out
 
 
 @dataclass
@@ -351,6 +291,7 @@ class SampleResult:
     finished: torch.Tensor  # [B] bool; True when the row reached end-of-text
     cancelled: bool = False
     canvases: list[torch.Tensor] = field(default_factory=list)  # every intermediate canvas, if recorded
+    row_steps: int = 0  # canvas rows the steps computed (a step computes each undecided row, or its variants)
 
 
 def choose_tokens(
@@ -410,6 +351,7 @@ def denoise(
     canvas_pos: torch.Tensor | None = None,  # [B] rotary position of the canvas start (see transformer)
     draft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     canvas_lens: torch.Tensor | None = None,  # [B] each row's canvas, at most canvas_len (default: all)
+    lookahead: Lookahead | None = None,  # verify guessed future steps of ``rule`` (model/lookahead.py)
 ) -> SampleResult:
     """Decode ``canvas_len`` tokens after each row's context (``canvas_lens[b]`` for row b).
 
@@ -433,14 +375,47 @@ def denoise(
     conf_out = (~real).float()
     state = cache.prepare(model, context, context_lens, canvas_pos, canvas_lens)
     sub, sub_rows = state, None  # the state of the rows a step computes (sub_rows [b]; None: all)
-    steps, canvases, cancelled = 0, [], False
+    steps, row_steps, canvases, cancelled = 0, 0, [], False
     prev = torch.full((B, N), -1, dtype=torch.long, device=dev)  # [B, N] last step's prediction; -1: none
     # never propose the mask token or layout tags: [V] additive bias, -inf on suppressed ids
     bias = torch.zeros(V, device=dev)
     bias[[mask_id, *(suppress_ids or [])]] = float("-inf")
+    if lookahead is not None:
+        check_rule(rule, temperature)
+
+    def predict(
+        idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, st: object
+    ) -> tuple[torch.Tensor, ...]:
+        """Token, confidence and the rule's certainty [R, n] at the active block of canvases ``can``,
+        ``fix`` [R, N], row r a state of batch row ``idx[r]``; ``st``: the cache state of those rows."""
+        act = ~fix[:, blk]  # [R, n]
+        penalty = -bias.expand(len(idx), V)
+        if presence_penalty:
+            seen = torch.zeros((len(idx), V), device=dev)
+            seen.scatter_(1, torch.where(fix, can, eot_id), 1.0)  # tokens already committed
+            seen[:, eot_id] = 0.0
+            penalty = penalty + seen * presence_penalty
+        drafts = None if draft is None else _drafts(draft, idx, can, fix, canvas, fixed)
+        # only still-masked positions are projected onto the vocabulary: [M, V], M = act.sum()
+        logits = cache.logits(model, st, can, blk, drafts, act)
+        # [M, 1] each
+        tok_m, conf_m, margin_m = choose_tokens(
+            logits[:, None, :], temperature, top_p, generator, penalty[act.nonzero()[:, 0]], rule.uses_margin
+        )
+        tok = torch.full_like(act, eot_id, dtype=tok_m.dtype).masked_scatter_(act, tok_m[:, 0])
+        conf = torch.zeros_like(act, dtype=conf_m.dtype).masked_scatter_(act, conf_m[:, 0])
+        cert = conf  # what the rule reads: p1, or p1 - p2 for a margin rule
+        if margin_m is not None:
+            cert = torch.zeros_like(conf).masked_scatter_(act, margin_m[:, 0].to(conf.dtype))
+        return tok, conf, cert
+
+    def select(tok: torch.Tensor, cert: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        return rule.select(informative(tok, cert, act, eot_id), act, None, 0, tok)
+
     for start in range(0, N, block_size):
         blk = slice(start, min(N, start + block_size))
         k = 0  # steps this block has taken
+        guess = Guess.none(B, blk.stop - start, dev)
         while True:
             active = ~fixed[:, blk]  # [B, n]
             if not bool(active.any()):
@@ -448,58 +423,61 @@ def denoise(
             if should_stop is not None and should_stop():
                 cancelled = True
                 break
-            penalty = -bias.expand(B, V)
-            if presence_penalty:
-                seen = torch.zeros((B, V), device=dev)
-                seen.scatter_(1, torch.where(fixed, canvas, eot_id), 1.0)  # tokens already committed
-                seen[:, eot_id] = 0.0
-                penalty = penalty + seen * presence_penalty
-            drafts = None if draft is None else draft(canvas, fixed)  # [B, N]
-            # a row with nothing masked in this block commits nothing: compute the others alone
-            live = active.any(dim=1)  # [B]
-            rows = None if bool(live.all()) else live.nonzero().squeeze(1)  # [b]
-            if rows is None:
-                sub, sub_rows = state, None
-            elif sub_rows is None or not bool(torch.isin(rows, sub_rows).all()):
-                sub, sub_rows = cache.rows(state, rows), rows
-            elif len(rows) < len(sub_rows):  # fewer rows than last step: cut the smaller state
-                sub, sub_rows = cache.rows(sub, torch.searchsorted(sub_rows, rows)), rows
-            # only still-masked positions are projected onto the vocabulary: [M, V], M = active.sum()
-            want = active if rows is None else active[rows]  # [b, n]
-            logits = cache.logits(model, sub, _take(canvas, rows), blk, _take(drafts, rows), want)
+            if lookahead is not None:
+                plan, guess, R = lookahead.step(
+                    lambda i, c, f: predict(i, c, f, cache.rows(state, i)),
+                    select,
+                    canvas,
+                    fixed,
+                    blk,
+                    guess,
+                    eot_id,
+                )
+                row_steps += R
+            else:
+                # a row with nothing masked in this block commits nothing: compute the others alone
+                live = active.any(dim=1)  # [B]
+                rows = None if bool(live.all()) else live.nonzero().squeeze(1)  # [b]
+                if rows is None:
+                    sub, sub_rows = state, None
+                elif sub_rows is None or not bool(torch.isin(rows, sub_rows).all()):
+                    sub, sub_rows = cache.rows(state, rows), rows
+                elif len(rows) < len(sub_rows):  # fewer rows than last step: cut the smaller state
+                    sub, sub_rows = cache.rows(sub, torch.searchsorted(sub_rows, rows)), rows
+                idx = torch.arange(B, device=dev) if rows is None else rows
+                row_steps += len(idx)
+                tok_b, conf_b, cert_b = predict(idx, canvas[idx], fixed[idx], sub)  # [b, n] each
+                # back to [B, n]: rows left out have nothing active
+                tok = torch.full_like(active, eot_id, dtype=tok_b.dtype).index_copy_(0, idx, tok_b)
+                conf = torch.zeros_like(active, dtype=conf_b.dtype).index_copy_(0, idx, conf_b)
+                cert = torch.zeros_like(conf).index_copy_(0, idx, cert_b)
+                repeated = (tok == prev[:, blk]) & active  # [B, n] predicted the same twice running
+                commit = rule.select(
+                    informative(tok, cert, active, eot_id), active, repeated, k, tok
+                )  # [B, n]
+                prev[:, blk] = torch.where(active & ~commit, tok, -1)
+                plan = [(commit, tok, conf)]
             steps += 1
-            pen = penalty[active.nonzero()[:, 0]]  # [M, V]: each position's row's penalty
-            # [M, 1] each
-            tok_m, conf_m, margin_m = choose_tokens(
-                logits[:, None, :], temperature, top_p, generator, pen, rule.uses_margin
-            )
-            # back to [B, n] (rows left out have no active position, so the order is the same)
-            tok = torch.full_like(active, eot_id, dtype=tok_m.dtype).masked_scatter_(active, tok_m[:, 0])
-            conf = torch.zeros_like(active, dtype=conf_m.dtype).masked_scatter_(active, conf_m[:, 0])
-            cert = conf  # [B, n] what the rule reads: p1, or p1 - p2 for a margin rule
-            if margin_m is not None:
-                cert = torch.zeros_like(conf).masked_scatter_(active, margin_m[:, 0].to(conf.dtype))
-            repeated = (tok == prev[:, blk]) & active  # [B, n] predicted the same twice running
-            commit = rule.select(informative(tok, cert, active, eot_id), active, repeated, k, tok)  # [B, n]
             k += 1
-            prev[:, blk] = torch.where(active & ~commit, tok, -1)
-            canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])
-            conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])
-            fixed[:, blk] |= commit
-            if done is not None:
-                ended = done(canvas, fixed, conf_out) & ~fixed.all(dim=1)  # [B]
-                if bool(ended.any()):
-                    fill = ended[:, None] & ~fixed  # [B, N]
-                    canvas[fill], conf_out[fill] = eot_id, 1.0
-                    fixed |= ended[:, None]
-            # end-of-text: everything after a committed end-of-text is end-of-text too
-            is_eot = fixed & (canvas == eot_id)  # [B, N]
-            first = first_true(is_eot)  # [B]
-            tail = pos[None, :] > first[:, None]
-            fill = tail & ~fixed
-            canvas[fill] = eot_id
-            conf_out[fill] = 1.0
-            fixed |= tail
+            for commit, tok, conf in plan:  # one sub-step, or lookahead's verified run of them
+                commit = commit & ~fixed[:, blk]  # a row the stop hook ended takes no more
+                canvas[:, blk] = torch.where(commit, tok, canvas[:, blk])
+                conf_out[:, blk] = torch.where(commit, conf, conf_out[:, blk])
+                fixed[:, blk] |= commit
+                if done is not None:
+                    ended = done(canvas, fixed, conf_out) & ~fixed.all(dim=1)  # [B]
+                    if bool(ended.any()):
+                        fill = ended[:, None] & ~fixed  # [B, N]
+                        canvas[fill], conf_out[fill] = eot_id, 1.0
+                        fixed |= ended[:, None]
+                # end-of-text: everything after a committed end-of-text is end-of-text too
+                is_eot = fixed & (canvas == eot_id)  # [B, N]
+                first = first_true(is_eot)  # [B]
+                tail = pos[None, :] > first[:, None]
+                fill = tail & ~fixed
+                canvas[fill] = eot_id
+                conf_out[fill] = 1.0
+                fixed |= tail
             if record:
                 canvases.append(canvas.clone())
             if on_step is not None:
@@ -509,4 +487,4 @@ def denoise(
     is_eot = fixed & (canvas == eot_id)
     lengths = first_true(is_eot)  # [B]
     finished = (is_eot & real).any(dim=1)  # end-of-text inside the row's own canvas, not its padding
-    return SampleResult(canvas, conf_out, lengths, steps, steps + 1, finished, cancelled, canvases)
+    return SampleResult(canvas, conf_out, lengths, steps, steps + 1, finished, cancelled, canvases, row_steps)

@@ -67,6 +67,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-token-per-step baseline")
     p.add_argument(
+        "--one-token",
+        choices=["confident", "left"],
+        default=None,
+        help="decode the measured run one token per step too: the most confident (the baseline's "
+        "rule) or the leftmost position; with --lookahead, that rule's answers in fewer steps",
+    )
+    p.add_argument(
+        "--lookahead",
+        type=int,
+        default=None,
+        help="guessed steps verified per model call in the measured run (default: the effort's; 0: off)",
+    )
+    p.add_argument(
+        "--lookahead-agree",
+        action="store_true",
+        help="accept a guessed step whenever the model predicts its tokens (model/lookahead.py)",
+    )
+    p.add_argument(
         "--fim-window",
         type=int,
         default=None,
@@ -136,12 +154,15 @@ def evaluate(
     block_size: int | None = None,
     line_steps: int | None = None,
     stop: list[str] | None = None,
+    left_to_right: bool = False,
+    lookahead: int | None = None,
+    lookahead_agree: bool | None = None,
 ) -> dict:
     from tqdm import tqdm
 
     from model.api import FimRequest, SamplingOptions
 
-    outs, lat, toks, steps = [], [], 0, 0
+    outs, lat, toks, steps, rows = [], [], 0, 0, 0
     engine.complete(FimRequest("def f():\n    return ", "\n", max_tokens=8))  # warm-up
     for t in tqdm(tasks, desc=label, file=sys.stderr):
         c = engine.complete(
@@ -155,6 +176,9 @@ def evaluate(
                     block_size=block_size,
                     line_steps=line_steps,
                     stop=list(stop or []),
+                    left_to_right=left_to_right,
+                    lookahead=lookahead,
+                    lookahead_agree=lookahead_agree,
                 ),
             )
         )
@@ -166,6 +190,7 @@ def evaluate(
         lat.append(c.latency_s * 1000)
         toks += c.completion_tokens
         steps += c.steps
+        rows += c.row_steps
     with ThreadPoolExecutor(2) as pool:
         ok = list(pool.map(lambda a: passes(a[0], a[1], timeout), zip(tasks, outs)))
     exact = [o.strip() == t["canonical_solution"].strip() for o, t in zip(outs, tasks)]
@@ -174,6 +199,7 @@ def evaluate(
         "pass_at_1": sum(ok) / max(1, len(tasks)),
         "exact_match": sum(exact) / max(1, len(tasks)),
         "tokens_per_step": toks / max(1, steps),
+        "rows_per_step": rows / max(1, steps),
         "latency_ms": {"p50": percentile(lat, 0.5), "p95": percentile(lat, 0.95)},
         "samples": [
             {"task_id": t["task_id"], "completion": o, "passed": p} for t, o, p in zip(tasks, outs, ok)
@@ -230,9 +256,19 @@ def run(args: argparse.Namespace) -> int:
         line_steps=args.line_steps,
         stop=["\n"] if single and not args.no_stop else [],
     )
-    result = evaluate(engine, tasks, sequential=False, label="parallel", **kw)
+    measured = dict(
+        sequential=args.one_token is not None,
+        left_to_right=args.one_token == "left",
+        lookahead=args.lookahead,
+        lookahead_agree=args.lookahead_agree or None,
+    )
+    try:
+        result = evaluate(engine, tasks, label="parallel", **measured, **kw)
+    except ValueError as e:  # options lookahead cannot verify: say so, not a traceback
+        print(e)
+        return 2
     if not args.no_sequential:
-        result["sequential"] = evaluate(engine, tasks, sequential=True, label="sequential", **kw)
+        result["sequential"] = evaluate(engine, tasks, sequential=True, label="sequential", lookahead=0, **kw)
         seq = result["sequential"]
         result["speedup_p50"] = seq["latency_ms"]["p50"] / max(1e-9, result["latency_ms"]["p50"])
         result["pass_at_1_cost"] = seq["pass_at_1"] - result["pass_at_1"]
@@ -250,6 +286,9 @@ def run(args: argparse.Namespace) -> int:
             "gamma": engine.inference.efforts[effort].gamma,  # set: the joint rule, not the threshold
             "margin": engine.inference.efforts[effort].margin,  # the joint rule reads p1 - p2
             "one_copy": engine.inference.efforts[effort].one_copy,  # adjacent same tokens: the surer
+            "one_token": args.one_token,  # the measured run's rule, when one token per step
+            "lookahead": args.lookahead,
+            "lookahead_agree": args.lookahead_agree,
             "block_size": args.block_size or engine.inference.efforts[effort].block_for(edit=False),
             "line_steps": (
                 args.line_steps
@@ -269,11 +308,12 @@ def run(args: argparse.Namespace) -> int:
     rows = [("parallel", result)] + (
         [("one token/step", result["sequential"])] if "sequential" in result else []
     )
-    print(f"{'mode':16} {'n':>5} {'pass@1':>7} {'exact':>7} {'tok/step':>9} {'p50 ms':>8} {'p95 ms':>8}")
+    head = f"{'mode':16} {'n':>5} {'pass@1':>7} {'exact':>7} {'tok/step':>9} {'rows/step':>9}"
+    print(f"{head} {'p50 ms':>8} {'p95 ms':>8}")
     for name, r in rows:
         print(
             f"{name:16} {r['n']:5d} {r['pass_at_1']:7.1%} {r['exact_match']:7.1%} {r['tokens_per_step']:9.2f} "
-            f"{r['latency_ms']['p50']:8.1f} {r['latency_ms']['p95']:8.1f}"
+            f"{r['rows_per_step']:9.2f} {r['latency_ms']['p50']:8.1f} {r['latency_ms']['p95']:8.1f}"
         )
     l2r_text = (
         f"{result['middle_ce_l2r']:.3f} written left to right"

@@ -427,8 +427,9 @@ def test_edit_prompts_are_cut_to_the_training_window(tiny_checkpoint) -> None:
 
 
 def test_edit_canvas_at_region_matches_the_uncached_model(tiny_checkpoint) -> None:
+    from model.cache import NoCache
     from model.prompt import EDIT_OPEN, EditPrompt, build_prompt, edit_canvas_pos
-    from model.sampler import NoCache, TopKRule, denoise
+    from model.sampler import TopKRule, denoise
 
     eng = Engine.load(tiny_checkpoint)
     eng.inference.edit_canvas_at_region = True

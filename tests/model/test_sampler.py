@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from model.cache import ContextCache, NoCache
 from model.config import PRESETS, ModelConfig
 from model.draft import step_drafts
 from model.sampler import (
-    ContextCache,
     JointRule,
-    NoCache,
     StepBudget,
     ThresholdRule,
     TopKRule,
