@@ -80,6 +80,7 @@ class Job:
             o.left_to_right,
             o.lookahead,
             o.lookahead_agree,
+            o.lookahead_nodes,
             o.seed,
         )
 

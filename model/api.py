@@ -102,6 +102,8 @@ class SamplingOptions:
     # verify this many guessed future steps of the rule per model call (model/lookahead.py): the
     # rule's own answer in fewer calls; None: the effort's ``lookahead``, 0: off
     lookahead: int | None = None
+    # guesses per row and call: more than the depth makes them a tree (runner-up tokens; model/lookahead.py)
+    lookahead_nodes: int | None = None  # None: the effort's ``lookahead_nodes`` (None there: a chain)
     # accept a guessed step the model agrees with, in whatever order (model/lookahead.py); None: the effort's
     lookahead_agree: bool | None = None
     seed: int = 0
@@ -251,10 +253,10 @@ class Engine:
     def _lookahead_piece(self, o: SamplingOptions, depth: int) -> Lookahead | None:
         if not depth:
             return None
-        agree = o.lookahead_agree
-        if agree is None:
-            agree = self.inference.efforts[self.resolve_effort(o.effort)].lookahead_agree
-        return Lookahead(depth, agree)
+        preset = self.inference.efforts[self.resolve_effort(o.effort)]
+        agree = o.lookahead_agree if o.lookahead_agree is not None else preset.lookahead_agree
+        nodes = o.lookahead_nodes if o.lookahead_nodes is not None else preset.lookahead_nodes
+        return Lookahead(depth, nodes, agree)
 
     def _line_steps(self, r: FimRequest | EditRequest) -> int | None:
         """The step budget per block of request ``r``'s rows: its effort's ``line_steps`` (or the

@@ -101,6 +101,7 @@ class EffortPreset:
     # With lookahead: accept a guessed step whenever the model predicts its tokens, not only when
     # the rule would pick those positions next (model/lookahead.py)
     lookahead_agree: bool = False
+    lookahead_nodes: int | None = None  # guesses per row and call (None: lookahead's depth, a chain)
 
     def block_for(self, edit: bool) -> int:
         """The block length of a next-edit (``edit``) or FIM request at this effort."""
@@ -174,6 +175,8 @@ class InferenceConfig:
                 raise ValueError(
                     f"effort {name!r}: lookahead must be at least 1 and needs no stable and no line_steps"
                 )
+            if e.lookahead_nodes is not None and (e.lookahead is None or e.lookahead_nodes < e.lookahead):
+                raise ValueError(f"effort {name!r}: lookahead_nodes needs a lookahead no deeper than it")
             if e.one_copy and e.gamma is None:
                 raise ValueError(f"effort {name!r}: one_copy needs a gamma (the joint rule)")
             if e.stable is not None and (e.gamma is None or not 0.0 <= e.stable <= 1.0):

@@ -1,24 +1,34 @@
-"""Lookahead: several of a rule's future steps verified in one model call, with the rule's own answer.
+"""Lookahead: several of a rule's future steps verified in one model call.
 
 A stateless unmasking rule R (``TopKRule(1)``, the one-token-per-step baseline, above all) commits,
 from canvas state S_t, the set C_t = R(f(S_t)) of positions and tokens, where f is one model call;
-S_{t+1} = S_t + C_t. Lookahead runs that same trajectory in fewer calls (self-speculative decoding,
-as in speculative decoding for autoregressive models, Leviathan et al. 2023; for diffusion models,
-Gao et al. 2025, "Self Speculative Decoding for Diffusion Large Language Models"):
+S_{t+1} = S_t + C_t. Lookahead runs that trajectory in fewer calls (self-speculative decoding:
+speculative decoding, Leviathan et al. 2023, with the model as its own drafter, as Gao et al. 2025
+do for diffusion language models):
 
-- Guess: from the last call's predictions, R applied again and again to positions not yet committed
-  (predictions frozen) guesses the next steps' sets G_1, ..., G_d (``depth`` of them at most).
-- Verify: one call over d + 1 variants of each row, variant j = S_t + G_1 + ... + G_j (with the
-  end-of-text tail a guessed end-of-text implies). The rule on variant j gives exactly C_{t+j} when
-  G_1..G_j were right, so G_{j+1} is right iff R(f(variant j)) = G_{j+1}, positions and tokens.
-- Accept: with k guesses right, the step commits G_1..G_k and the rule's choice on variant k, the
-  latter never guessed: k + 1 of the rule's steps for one model call, and at least one, as R alone.
-  Each sub-step is handed back on its own (``plan``), so the loop applies the stop hook and the
-  end-of-text fill after each exactly as it would after R's steps one by one: the answer, each
-  token's confidence and where a stop sequence ends the row are the rule's own, token for token.
-- Cost: a step computes up to d + 1 rows per row instead of one. A model call's latency on a GPU
-  barely grows with a few more 32-token rows; on two CPU cores it does (README, session 41 measures
-  both tokens per step and milliseconds).
+- Guess: from the last call's predictions, R applied again and again to the positions not yet
+  committed (predictions frozen) guesses the next steps' sets G_1, ..., G_d (``depth`` at most), each
+  with its tokens. With ``nodes`` > ``depth`` the guess is a tree: a step's set may also be guessed
+  with its least likely token replaced by that position's runner-up, and the ``nodes`` guesses
+  kept are the likeliest by the product of their frozen probabilities (best first, so every kept
+  guess's parent is kept; SpecInfer's and Sequoia's token trees, Miao et al. 2024, Chen et al. 2024).
+- Verify: one call over a variant of each row per guess, plus the row itself: a guess's variant is
+  S_t plus the sets on its path (with the end-of-text tail a guessed end-of-text implies). A guess
+  is right when its parent is and the parent's variant gives it: R on that variant commits exactly
+  the guessed set with the guessed tokens. Siblings differ in a token, so at most one is right.
+- Accept: with the deepest right guess at depth k, the call commits the k sets on its path and R's
+  own choice on its variant, never guessed: k + 1 of R's steps for one call, at least one, as R
+  alone. Each sub-step is handed back on its own (``plan``), so the loop applies the stop hook and
+  the end-of-text fill after each exactly as after R's steps one by one: the answer, each token's
+  confidence and where a stop sequence ends the row are R's own, token for token.
+- ``agree``: a guess is right when its parent's variant predicts the guessed tokens at the guessed
+  positions, whether or not R would pick those positions next. Every committed token is still the
+  model's argmax given everything committed before it, so a one-token rule stays one token per step
+  in quality, only in the order of the guesses (most certain first) where R's own order would
+  have been re-ranked after each commit: the guesses R would have taken in another order count.
+- Cost: a call computes up to ``nodes`` + 1 rows per row instead of one. A model call's latency on a
+  GPU barely grows with a few more 32-token rows; on two CPU cores it does (README, session 41
+  measures tokens per step, rows per step and milliseconds side by side).
 - Only rules that read nothing but the current predictions can be verified this way: no step
   budget (it counts steps), no temporal stability (it reads the previous step), greedy decoding
   (a sampled token is not a function of the canvas). ``check_rule`` says so up front.
@@ -27,16 +37,16 @@ Gao et al. 2025, "Self Speculative Decoding for Diffusion Large Language Models"
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-# (rows' batch indices [R], canvases [R, N], committed [R, N]) -> token, confidence, certainty [R, n]
-Predict = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-]
+# (rows' batch indices [R], canvases [R, N], committed [R, N]) -> token, confidence, certainty, and
+# the runner-up token and its probability (None unless asked) [R, n] at the active block
+Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]
 # (tokens, certainties, still masked [R, n]) -> the rule's commits [R, n]
 Select = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # one sub-step of a plan: commit [B, n], its tokens [B, n], their confidences [B, n]
@@ -45,16 +55,23 @@ SubStep = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 @dataclass
 class Guess:
-    """A block's guessed next steps: ``step`` [B, n] the future step (1, 2, ...) a position is guessed
-    to commit at, 0 for none; ``tok`` [B, n] its guessed token."""
+    """A block's guessed steps, per row a tree of T guesses: ``parent`` [B, T] (-1: the current
+    state), ``depth`` [B, T] (0: no guess), the guessed set ``own`` [B, T, n] with its tokens
+    ``tok`` [B, T, n], and ``path`` / ``path_tok`` [B, T, n], the sets from the root to it."""
 
-    step: torch.Tensor
+    parent: torch.Tensor
+    depth: torch.Tensor
+    own: torch.Tensor
     tok: torch.Tensor
+    path: torch.Tensor
+    path_tok: torch.Tensor
 
     @staticmethod
     def none(B: int, n: int, device: torch.device) -> Guess:
-        z = torch.zeros((B, n), dtype=torch.long, device=device)
-        return Guess(z, z.clone())
+        # one empty slot (depth 0), so a row's guesses can be looked up before there are any
+        z = torch.zeros((B, 1), dtype=torch.long, device=device)
+        e = torch.zeros((B, 1, n), dtype=torch.bool, device=device)
+        return Guess(z - 1, z, e, e.long(), e.clone(), e.long())
 
 
 def check_rule(rule: object, temperature: float) -> None:
@@ -71,23 +88,32 @@ def _fill_after_eot(canvas: torch.Tensor, fixed: torch.Tensor, eot_id: int) -> N
     """In place: every position after a row's first committed end-of-text becomes committed
     end-of-text (the loop's own end-of-text fill)."""
     N = canvas.shape[1]
-    is_eot = fixed & (canvas == eot_id)  # [R, N]
-    first = torch.where(is_eot.any(dim=1), is_eot.int().argmax(dim=1), N)  # [R]
-    tail = torch.arange(N, device=canvas.device)[None, :] > first[:, None]
+    tail = torch.arange(N, device=canvas.device)[None, :] > _first(fixed & (canvas == eot_id))[:, None]
     canvas[tail & ~fixed] = eot_id
     fixed |= tail
 
 
+def _first(mask: torch.Tensor) -> torch.Tensor:
+    """[b] index of each row's first True in ``mask`` [b, n]; n where a row has none."""
+    return torch.where(mask.any(dim=1), mask.int().argmax(dim=1), mask.shape[1])
+
+
 @dataclass(frozen=True)
 class Lookahead:
-    depth: int = 6  # guessed future steps verified per call (rows per row: depth + 1 at most)
-    # accept a guessed step when the variant before it predicts the guessed tokens, whether or not
-    # the rule would pick those positions next (module docstring); False: the rule's own answer
-    agree: bool = False
+    depth: int = 4  # the deepest guess: at most depth + 1 of the rule's steps per call
+    nodes: int | None = None  # guesses per row and call (None: ``depth``, a chain of top tokens)
+    agree: bool = False  # accept guesses the model predicts, in any order (module docstring)
 
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise ValueError(f"lookahead depth must be at least 1, got {self.depth}")
+        if self.nodes is not None and self.nodes < self.depth:
+            raise ValueError(f"lookahead nodes must be at least its depth {self.depth}, got {self.nodes}")
+
+    @property
+    def runner_up(self) -> bool:
+        """Whether guesses need each position's runner-up token (a tree, not a chain)."""
+        return self.nodes is not None and self.nodes > self.depth
 
     def step(
         self,
@@ -102,78 +128,152 @@ class Lookahead:
         """One model call: the rule's next sub-steps (each row's k + 1, module docstring), the
         guesses for the following call, and how many rows the call computed."""
         B, dev = canvas.shape[0], canvas.device
-        active = ~fixed[:, blk]  # [B, n]
-        live = active.any(dim=1)  # [B]
-        m = torch.where(live, guess.step.amax(dim=1).clamp_max(self.depth), -1)  # [B] guesses; -1: no row
-        idx = torch.repeat_interleave(torch.arange(B, device=dev), m + 1)  # [R] each variant's row
-        first = torch.cumsum(m + 1, 0) - (m + 1)  # [B] each row's first variant
-        depth = torch.arange(len(idx), device=dev) - first[idx]  # [R] variant j of its row
-        g = guess.step[idx]  # [R, n]
-        put = (g >= 1) & (g <= depth[:, None])  # [R, n] guesses 1..j applied
+        T = guess.parent.shape[1]
+        live = (~fixed[:, blk]).any(dim=1)  # [B]
+        slots = torch.cat([live[:, None], (guess.depth > 0) & live[:, None]], dim=1)  # [B, 1 + T]
+        idx, slot = slots.nonzero(as_tuple=True)  # [R] each variant's row, and 0 (itself) or 1 + guess
+        node = (slot - 1).clamp_min(0)
+        put = guess.path[idx, node] & (slot > 0)[:, None]  # [R, n]
         vcan, vfix = canvas[idx].clone(), fixed[idx].clone()  # [R, N]
-        vcan[:, blk] = torch.where(put, guess.tok[idx], vcan[:, blk])
+        vcan[:, blk] = torch.where(put, guess.path_tok[idx, node], vcan[:, blk])
         vfix[:, blk] |= put
         _fill_after_eot(vcan, vfix, eot_id)
         vact = ~vfix[:, blk]  # [R, n]
-        tok, conf, cert = predict(idx, vcan, vfix)  # [R, n] each
+        tok, conf, cert, alt_tok, alt_p = predict(idx, vcan, vfix)  # [R, n] each
         sel = select(tok, cert, vact)  # [R, n] the rule's commits on each variant
-        # guess j + 1 is right iff the rule on variant j commits exactly it, with its tokens; ``agree``:
-        # iff variant j predicts its tokens, wherever the rule would commit
-        nxt = g == (depth + 1)[:, None]  # [R, n]
-        right = ((tok == guess.tok[idx]) | ~nxt).all(dim=1) & nxt.any(dim=1) & (depth < m[idx])
-        if not self.agree:
-            right &= (sel == nxt).all(dim=1)
-        # k[b]: leading right guesses of row b; variant j is used (as sub-step j) for j <= k[b]
-        wrong_at = torch.where(right, len(idx), depth)  # [R]
-        k = torch.full((B,), len(idx), device=dev).scatter_reduce(0, idx, wrong_at, "amin")  # [B]
-        k = torch.minimum(k, m.clamp_min(0))
-        used = depth <= k[idx]  # [R]
+        at = torch.full((B, 1 + T), -1, dtype=torch.long, device=dev)
+        at[idx, slot] = torch.arange(len(idx), device=dev)  # [B, 1 + T] variant of each slot
+        rows = torch.arange(B, device=dev)
+        right = torch.zeros((B, 1 + T), dtype=torch.bool, device=dev)
+        right[:, 0] = live
+        for t in range(T):  # parents come before their children
+            p = guess.parent[:, t] + 1  # [B] the parent's slot
+            pv = at[rows, p].clamp_min(0)  # [B] the parent's variant
+            own = guess.own[:, t]  # [B, n]
+            ok = right[rows, p] & (at[rows, t + 1] >= 0) & own.any(dim=1)
+            ok &= ((tok[pv] == guess.tok[:, t]) | ~own).all(dim=1)
+            if not self.agree:
+                ok &= (sel[pv] == own).all(dim=1)
+            right[:, t + 1] = ok
+        depth = torch.cat([torch.zeros_like(guess.depth[:, :1]), guess.depth], dim=1)  # [B, 1 + T]
+        best = depth.masked_fill(~right, -1).argmax(dim=1)  # [B] the deepest right slot
+        k = depth[rows, best]  # [B] right guesses on its path
         S = int(k[live].max()) + 1 if bool(live.any()) else 0
-        commit = torch.zeros((S, *active.shape), dtype=torch.bool, device=dev)  # [S, B, n]
-        ptok = torch.full((S, *active.shape), eot_id, dtype=tok.dtype, device=dev)
-        pconf = torch.zeros((S, *active.shape), dtype=conf.dtype, device=dev)
-        u = used.nonzero().squeeze(1)
-        # sub-step j < k commits guess j + 1 (the rule's own set on variant j unless ``agree``), k the rule's
-        take = torch.where((depth < k[idx])[:, None], nxt, sel)  # [R, n]
-        commit[depth[u], idx[u]] = take[u]
-        ptok[depth[u], idx[u]] = tok[u]
-        pconf[depth[u], idx[u]] = conf[u]
+        commit = torch.zeros((S, B, vact.shape[1]), dtype=torch.bool, device=dev)  # [S, B, n]
+        ptok = torch.full_like(commit, eot_id, dtype=tok.dtype)
+        pconf = torch.zeros_like(commit, dtype=conf.dtype)
+        last = at[rows, best].clamp_min(0)  # [B] the variant each row continues from
+        on = live.nonzero().squeeze(1)
+        commit[k[on], on], ptok[k[on], on], pconf[k[on], on] = sel[last[on]], tok[last[on]], conf[last[on]]
+        cur = best.clone()  # walk each path up: sub-step d - 1 commits the guess at depth d
+        for d in range(int(k.max()) if len(k) else 0, 0, -1):
+            r = (live & (k >= d)).nonzero().squeeze(1)
+            g = cur[r] - 1  # the path's guess at depth d
+            pv = at[r, guess.parent[r, g] + 1]  # its parent's variant, which verified it
+            commit[d - 1, r], ptok[d - 1, r] = guess.own[r, g], guess.tok[r, g]
+            pconf[d - 1, r] = conf[pv]
+            cur[r] = guess.parent[r, g] + 1
         plan = [(commit[s], ptok[s], pconf[s]) for s in range(S)]
-        last = (first + k)[live]  # [b] each live row's last variant
-        return plan, self._guess(select, tok, cert, vact & ~take, take, live, last, eot_id), len(idx)
+        left = vact[last[on]] & ~sel[last[on]]  # [b, n]
+        ended = _first(sel[last[on]] & (tok[last[on]] == eot_id))  # a committed end-of-text ends it
+        left &= torch.arange(left.shape[1], device=dev)[None, :] < ended[:, None]
+        preds = [x[last[on]] if x is not None else None for x in (tok, conf, cert, alt_tok, alt_p)]
+        return plan, self._guess(select, *preds, left, live, eot_id), len(idx)
 
     def _guess(
         self,
         select: Select,
-        tok: torch.Tensor,  # [R, n]
+        tok: torch.Tensor,  # [b, n] the frozen predictions each live row continues from
+        conf: torch.Tensor,
         cert: torch.Tensor,
-        left: torch.Tensor,  # [R, n] still masked after the variant's own commits
-        sel: torch.Tensor,  # [R, n] the variant's own commits
+        alt_tok: torch.Tensor | None,
+        alt_p: torch.Tensor | None,
+        left: torch.Tensor,  # [b, n] still to decide
         live: torch.Tensor,  # [B]
-        last: torch.Tensor,  # [b] the variant each live row continues from
         eot_id: int,
     ) -> Guess:
-        """The rule run ``depth`` times on the variant's frozen predictions (module docstring)."""
-        B, n = live.shape[0], tok.shape[1]
-        out = Guess.none(B, n, tok.device)
-        tok, cert = tok[last], cert[last]  # [b, n]
-        pos = torch.arange(n, device=tok.device)
-        # a committed end-of-text ends the row: nothing after it is left to guess
-        left = left[last] & (pos[None, :] < _first(sel[last] & (tok == eot_id))[:, None])
-        step = torch.zeros_like(tok)
-        going = torch.ones(len(last), dtype=torch.bool, device=tok.device)  # [b]
-        for d in range(1, self.depth + 1):
-            s = select(tok, cert, left) & going[:, None]  # [b, n]
-            going &= s.any(dim=1)
-            s &= going[:, None]
-            if not bool(going.any()):
+        """The rule run ``depth`` times on frozen predictions, as a chain or a tree (docstring)."""
+        b, n = tok.shape
+        dev, pos = tok.device, torch.arange(n, device=tok.device)
+        sets = torch.zeros((b, self.depth, n), dtype=torch.bool, device=dev)  # [b, D, n] the main path
+        for d in range(self.depth):
+            s = select(tok, cert, left)  # [b, n]
+            if not bool(s.any()):
+                sets = sets[:, :d]
                 break
-            step[s] = d
-            left &= ~s & (pos[None, :] <= _first(s & (tok == eot_id))[:, None])
-        out.step[live], out.tok[live] = step, tok
-        return out
+            sets[:, d] = s
+            left = left & ~s & (pos[None, :] <= _first(s & (tok == eot_id))[:, None])
+        D = sets.shape[1]
+        if D == 0:  # nothing left to guess in any row
+            return Guess.none(live.shape[0], n, dev)
+        has = sets.any(dim=2)  # [b, D]
+        # each set's runner-up: its least likely token swapped for that position's second choice
+        weak = conf[:, None, :].expand(b, D, n).masked_fill(~sets, 2.0).argmin(dim=2)  # [b, D]
+        logp = torch.where(sets, conf[:, None, :].clamp_min(1e-9).log(), 0.0).sum(dim=2)  # [b, D]
+        alt = None
+        if self.runner_up and alt_tok is not None and alt_p is not None:
+            a = alt_p.gather(1, weak).clamp_min(1e-9).log() - conf.gather(1, weak).clamp_min(1e-9).log()
+            alt = torch.where(has, logp + a, -math.inf)  # [b, D]
+        trees = [_best_first(logp[i].tolist(), None if alt is None else alt[i].tolist(), has[i].tolist(),
+                             self.nodes or self.depth) for i in range(b)]  # fmt: skip
+        T = max([1, *(len(x) for x in trees)])  # at least the empty slot of ``Guess.none``
+        parent = torch.full((b, T), -1, dtype=torch.long)
+        depth = torch.zeros((b, T), dtype=torch.long)
+        swaps = torch.zeros((b, T, D), dtype=torch.bool)  # [b, T, D] runner-ups on the path
+        for i, tree in enumerate(trees):
+            for t, (par, choices) in enumerate(tree):
+                parent[i, t], depth[i, t] = par, len(choices)
+                swaps[i, t, : len(choices)] = torch.tensor(choices, dtype=torch.bool)
+        parent, depth, swaps = parent.to(dev), depth.to(dev), swaps.to(dev)
+        ar = torch.arange(b, device=dev)[:, None]
+        dsel = (depth - 1).clamp_min(0)  # [b, T]
+        own = sets[ar, dsel] & (depth > 0)[..., None]  # [b, T, n]
+        path = sets.cumsum(dim=1).bool()[ar, dsel] & (depth > 0)[..., None]  # [b, T, n]
+        onehot = pos[None, None, :] == weak[..., None]  # [b, D, n] each set's runner-up position
+        runner = alt_tok if alt_tok is not None else tok
+        swap_own = onehot[ar, dsel] & swaps.gather(2, dsel[..., None])  # [b, T, n] this guess's swap
+        swap_path = torch.einsum("btd,bdn->btn", swaps.float(), onehot.float()).bool()  # [b, T, n]
+        out_tok = torch.where(swap_own, runner[:, None, :], tok[:, None, :])
+        out_path_tok = torch.where(swap_path, runner[:, None, :], tok[:, None, :])
+        B = live.shape[0]
+        g = Guess(
+            torch.full((B, T), -1, dtype=torch.long, device=dev),
+            torch.zeros((B, T), dtype=torch.long, device=dev),
+            *(torch.zeros((B, T, n), dtype=x.dtype, device=dev) for x in (own, out_tok, path, out_path_tok)),
+        )
+        for full, part in zip(
+            (g.parent, g.depth, g.own, g.tok, g.path, g.path_tok),
+            (parent, depth, own, out_tok, path, out_path_tok),
+        ):
+            full[live] = part
+        return g
 
 
-def _first(mask: torch.Tensor) -> torch.Tensor:
-    """[b] index of each row's first True in ``mask`` [b, n]; n where a row has none."""
-    return torch.where(mask.any(dim=1), mask.int().argmax(dim=1), mask.shape[1])
+def _best_first(
+    top: list[float], alt: list[float] | None, has: list[bool], budget: int
+) -> list[tuple[int, list[int]]]:
+    """The ``budget`` likeliest guesses of a row, parents first: each is (parent index, choices),
+    choice d = 1 where depth d + 1 takes its runner-up; ``top`` / ``alt`` [D]: log-probability of
+    depth d's set with its top tokens / with its runner-up; ``has`` [D]: depth d has a set."""
+    D = has.index(False) if False in has else len(has)  # a row's sets end at its first empty one
+    out: list[tuple[int, list[int]]] = []
+    heap: list[tuple[float, int, int, list[int]]] = []  # (-log p, tiebreak, parent index, choices)
+    count = 0
+
+    def push(parent: int, logp: float, choices: list[int]) -> None:
+        nonlocal count
+        d = len(choices)
+        if d >= D:
+            return
+        heapq.heappush(heap, (-(logp + top[d]), count, parent, [*choices, 0]))
+        count += 1
+        if alt is not None and math.isfinite(alt[d]):
+            heapq.heappush(heap, (-(logp + alt[d]), count, parent, [*choices, 1]))
+            count += 1
+
+    push(-1, 0.0, [])
+    while heap and len(out) < budget:
+        neg, _, parent, choices = heapq.heappop(heap)
+        out.append((parent, choices))
+        push(len(out) - 1, -neg, choices)
+    return out

@@ -42,6 +42,8 @@ Alg. 2 with low-confidence remasking). Design decisions:
 - Cache policy (``CachePolicy``, model/cache.py): ``ContextCache`` runs the context once and reuses
   its keys/values at every step (exact: the context never attends to the canvas); ``NoCache`` is the
   reference that recomputes everything.
+- Lookahead (``lookahead``, model/lookahead.py): a call may verify guessed future steps of a rule
+  that reads only the current step; it hands back a run of sub-steps, applied one at a time.
 - End-of-text: once a row commits ``<|endoftext|>`` at position j, positions after j are set to
   end-of-text (training pads every answer with end-of-text to the canvas end, so nothing else can
   follow), and the row is finished: decoding stops early when every row is finished.
@@ -383,11 +385,10 @@ def denoise(
     if lookahead is not None:
         check_rule(rule, temperature)
 
-    def predict(
-        idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, st: object
-    ) -> tuple[torch.Tensor, ...]:
-        """Token, confidence and the rule's certainty [R, n] at the active block of canvases ``can``,
-        ``fix`` [R, N], row r a state of batch row ``idx[r]``; ``st``: the cache state of those rows."""
+    def predict(idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, st: object) -> tuple:
+        """Token, confidence, the rule's certainty, and for a lookahead tree the runner-up token and
+        its probability (else None) [R, n] at the active block of canvases ``can``, ``fix`` [R, N],
+        row r a state of batch row ``idx[r]``; ``st``: the cache state of those rows."""
         act = ~fix[:, blk]  # [R, n]
         penalty = -bias.expand(len(idx), V)
         if presence_penalty:
@@ -398,16 +399,24 @@ def denoise(
         drafts = None if draft is None else _drafts(draft, idx, can, fix, canvas, fixed)
         # only still-masked positions are projected onto the vocabulary: [M, V], M = act.sum()
         logits = cache.logits(model, st, can, blk, drafts, act)
+        pen = penalty[act.nonzero()[:, 0]]  # [M, V] each position's row's penalty
         # [M, 1] each
         tok_m, conf_m, margin_m = choose_tokens(
-            logits[:, None, :], temperature, top_p, generator, penalty[act.nonzero()[:, 0]], rule.uses_margin
+            logits[:, None, :], temperature, top_p, generator, pen, rule.uses_margin
         )
-        tok = torch.full_like(act, eot_id, dtype=tok_m.dtype).masked_scatter_(act, tok_m[:, 0])
-        conf = torch.zeros_like(act, dtype=conf_m.dtype).masked_scatter_(act, conf_m[:, 0])
-        cert = conf  # what the rule reads: p1, or p1 - p2 for a margin rule
-        if margin_m is not None:
-            cert = torch.zeros_like(conf).masked_scatter_(act, margin_m[:, 0].to(conf.dtype))
-        return tok, conf, cert
+
+        def back(x: torch.Tensor, fill: float) -> torch.Tensor:  # [M] -> [R, n]
+            return torch.full(act.shape, fill, dtype=x.dtype, device=dev).masked_scatter_(act, x)
+
+        tok, conf = back(tok_m[:, 0], eot_id), back(conf_m[:, 0], 0.0)
+        cert = conf if margin_m is None else back(margin_m[:, 0].to(conf.dtype), 0.0)
+        alt_tok = alt_p = None
+        if lookahead is not None and lookahead.runner_up:
+            lf = logits.float() - pen  # [M, V]
+            two_l, two_i = lf.topk(2, dim=-1)  # [M, 2]
+            alt_tok = back(two_i[:, 1], eot_id)
+            alt_p = back(torch.exp(two_l[:, 1] - torch.logsumexp(lf, dim=-1)).to(conf.dtype), 0.0)
+        return tok, conf, cert, alt_tok, alt_p
 
     def select(tok: torch.Tensor, cert: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         return rule.select(informative(tok, cert, act, eot_id), act, None, 0, tok)
@@ -446,7 +455,7 @@ def denoise(
                     sub, sub_rows = cache.rows(sub, torch.searchsorted(sub_rows, rows)), rows
                 idx = torch.arange(B, device=dev) if rows is None else rows
                 row_steps += len(idx)
-                tok_b, conf_b, cert_b = predict(idx, canvas[idx], fixed[idx], sub)  # [b, n] each
+                tok_b, conf_b, cert_b, _, _ = predict(idx, canvas[idx], fixed[idx], sub)  # [b, n] each
                 # back to [B, n]: rows left out have nothing active
                 tok = torch.full_like(active, eot_id, dtype=tok_b.dtype).index_copy_(0, idx, tok_b)
                 conf = torch.zeros_like(active, dtype=conf_b.dtype).index_copy_(0, idx, conf_b)

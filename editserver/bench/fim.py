@@ -80,6 +80,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="guessed steps verified per model call in the measured run (default: the effort's; 0: off)",
     )
     p.add_argument(
+        "--lookahead-nodes",
+        type=int,
+        default=None,
+        help="guesses per row and call; more than --lookahead: a tree of runner-up tokens",
+    )
+    p.add_argument(
         "--lookahead-agree",
         action="store_true",
         help="accept a guessed step whenever the model predicts its tokens (model/lookahead.py)",
@@ -157,6 +163,7 @@ def evaluate(
     left_to_right: bool = False,
     lookahead: int | None = None,
     lookahead_agree: bool | None = None,
+    lookahead_nodes: int | None = None,
 ) -> dict:
     from tqdm import tqdm
 
@@ -179,6 +186,7 @@ def evaluate(
                     left_to_right=left_to_right,
                     lookahead=lookahead,
                     lookahead_agree=lookahead_agree,
+                    lookahead_nodes=lookahead_nodes,
                 ),
             )
         )
@@ -261,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
         left_to_right=args.one_token == "left",
         lookahead=args.lookahead,
         lookahead_agree=args.lookahead_agree or None,
+        lookahead_nodes=args.lookahead_nodes,
     )
     try:
         result = evaluate(engine, tasks, label="parallel", **measured, **kw)
@@ -289,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
             "one_token": args.one_token,  # the measured run's rule, when one token per step
             "lookahead": args.lookahead,
             "lookahead_agree": args.lookahead_agree,
+            "lookahead_nodes": args.lookahead_nodes,
             "block_size": args.block_size or engine.inference.efforts[effort].block_for(edit=False),
             "line_steps": (
                 args.line_steps

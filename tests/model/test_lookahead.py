@@ -143,3 +143,43 @@ def test_an_effort_can_set_lookahead_and_bad_settings_are_refused(tiny_checkpoin
             InferenceConfig.from_dict(
                 {"efforts": {"low": {**d["efforts"]["low"], **bad}}, "default_effort": "low"}
             )
+
+
+@pytest.mark.parametrize("rule", [TopKRule(1), LeftmostRule(), JointRule(3.0)])
+def test_a_tree_of_runner_up_tokens_gives_the_rules_own_answer(rule) -> None:
+    m = _model(seed=3)
+    plain = _run(m, rule=rule)
+    for nodes in (4, 9):
+        fast = _run(m, rule=rule, lookahead=Lookahead(3, nodes=nodes))
+        _same(plain, fast)
+        assert fast.steps <= plain.steps
+
+
+def test_agree_commits_each_token_as_the_models_choice_given_what_came_before() -> None:
+    """With ``agree`` the order may differ from the rule's, but every token committed one at a time
+    is the model's argmax on the canvas as it was just before (the stop hook sees every sub-step)."""
+    m = _model(seed=5)
+    ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(2))
+    states: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def watch(canvas, fixed, conf):
+        states.append((canvas.clone(), fixed.clone()))
+        return torch.zeros(len(canvas), dtype=torch.bool)
+
+    kw = dict(mask_id=MASK, eot_id=EOT, block_size=16, rule=TopKRule(1), done=watch)
+    res = denoise(m, ctx, torch.tensor([20, 20]), 16, lookahead=Lookahead(4, nodes=8, agree=True), **kw)
+    assert (res.tokens != MASK).all()
+    before = (torch.full((2, 16), MASK), torch.zeros((2, 16), dtype=torch.bool))
+    checked = 0
+    for canvas, fixed in states:
+        new = fixed & ~before[1]  # [2, 16]
+        ids = torch.cat([ctx, torch.where(before[1], before[0], MASK)], dim=1)
+        logits = m(ids, context_lens=torch.tensor([20, 20]))[:, 20:].float()
+        logits[..., MASK] = float("-inf")
+        for b in range(2):
+            pos = new[b].nonzero().squeeze(1).tolist()
+            if pos and not bool((before[0][b][before[1][b]] == EOT).any()):  # not the end-of-text fill
+                assert int(canvas[b, pos[0]]) == int(logits[b, pos[0]].argmax())
+                checked += 1
+        before = (canvas, fixed)
+    assert checked >= 8
