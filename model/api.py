@@ -242,18 +242,14 @@ class Engine:
             return JointRule(preset.gamma, preset.threshold, preset.margin, stable, one_copy), block
         return ThresholdRule(o.threshold if o.threshold is not None else preset.threshold), block
 
-    def _lookahead(self, o: SamplingOptions) -> int:
-        """Lookahead depth of a request with options ``o`` (0: off)."""
+    def _lookahead(self, o: SamplingOptions) -> Lookahead | None:
+        """The lookahead of a request with options ``o``: its own settings, else its effort's (None: off)."""
         preset = self.inference.efforts[self.resolve_effort(o.effort)]
         depth = o.lookahead if o.lookahead is not None else (preset.lookahead or 0)
         if depth < 0:
             raise ValueError(f"lookahead must be at least 0 (0: off), got {depth}")
-        return depth
-
-    def _lookahead_piece(self, o: SamplingOptions, depth: int) -> Lookahead | None:
         if not depth:
             return None
-        preset = self.inference.efforts[self.resolve_effort(o.effort)]
         agree = o.lookahead_agree if o.lookahead_agree is not None else preset.lookahead_agree
         nodes = o.lookahead_nodes if o.lookahead_nodes is not None else preset.lookahead_nodes
         return Lookahead(depth, nodes, agree)
@@ -304,9 +300,9 @@ class Engine:
         o = reqs[0].options
         rule, block = self._rule(o, edit=kinds == {EditRequest})
         budget = [self._line_steps(r) for r in reqs]
-        depth = self._lookahead(o)
+        lookahead = self._lookahead(o)
         if not o.sequential and any(b is not None for b in budget):
-            if depth:  # a budget counts steps, which lookahead changes (model/lookahead.py)
+            if lookahead is not None:  # a budget counts steps, which lookahead changes (model/lookahead.py)
                 raise ValueError("lookahead cannot keep a step budget: use line_steps 0 with it")
             steps = [math.inf if b is None else float(b) for b in budget]
             rule = StepBudget(rule, torch.tensor(steps, device=self.device))
@@ -371,7 +367,7 @@ class Engine:
             canvas_pos=None if canvas_pos is None else canvas_pos.to(self.device),
             draft=draft,
             canvas_lens=torch.tensor(canvas_lens, device=self.device),
-            lookahead=self._lookahead_piece(o, depth),
+            lookahead=lookahead,
         )
         latency = time.perf_counter() - t0
         out = []

@@ -31,7 +31,7 @@ do for diffusion language models):
   measures tokens per step, rows per step and milliseconds side by side).
 - Only rules that read nothing but the current predictions can be verified this way: no step
   budget (it counts steps), no temporal stability (it reads the previous step), greedy decoding
-  (a sampled token is not a function of the canvas). ``check_rule`` says so up front.
+  (a sampled token is not a function of the canvas). ``Lookahead.check`` says so up front.
 - Pure tensor code on the loop's state; the model call is the loop's ``predict`` (model/sampler.py).
 """
 
@@ -43,6 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from model.sampler import fill_after_eot, first_true
 
 # (rows' batch indices [R], canvases [R, N], committed [R, N]) -> token, confidence, certainty, and
 # the runner-up token and its probability (None unless asked) [R, n] at the active block
@@ -74,30 +76,6 @@ class Guess:
         return Guess(z - 1, z, e, e.long(), e.clone(), e.long())
 
 
-def check_rule(rule: object, temperature: float) -> None:
-    """ValueError unless ``rule`` at ``temperature`` can be verified (module docstring)."""
-    if temperature > 0:
-        raise ValueError("lookahead verifies greedy decoding only (temperature 0)")
-    if hasattr(rule, "steps") or math.isfinite(getattr(rule, "stable", math.inf)):
-        raise ValueError(
-            "lookahead needs a rule that reads only the current step (no step budget, no stability)"
-        )
-
-
-def _fill_after_eot(canvas: torch.Tensor, fixed: torch.Tensor, eot_id: int) -> None:
-    """In place: every position after a row's first committed end-of-text becomes committed
-    end-of-text (the loop's own end-of-text fill)."""
-    N = canvas.shape[1]
-    tail = torch.arange(N, device=canvas.device)[None, :] > _first(fixed & (canvas == eot_id))[:, None]
-    canvas[tail & ~fixed] = eot_id
-    fixed |= tail
-
-
-def _first(mask: torch.Tensor) -> torch.Tensor:
-    """[b] index of each row's first True in ``mask`` [b, n]; n where a row has none."""
-    return torch.where(mask.any(dim=1), mask.int().argmax(dim=1), mask.shape[1])
-
-
 @dataclass(frozen=True)
 class Lookahead:
     depth: int = 4  # the deepest guess: at most depth + 1 of the rule's steps per call
@@ -109,6 +87,15 @@ class Lookahead:
             raise ValueError(f"lookahead depth must be at least 1, got {self.depth}")
         if self.nodes is not None and self.nodes < self.depth:
             raise ValueError(f"lookahead nodes must be at least its depth {self.depth}, got {self.nodes}")
+
+    def check(self, rule: object, temperature: float) -> None:
+        """ValueError unless ``rule`` at ``temperature`` can be verified (module docstring)."""
+        if temperature > 0:
+            raise ValueError("lookahead verifies greedy decoding only (temperature 0)")
+        if hasattr(rule, "steps") or math.isfinite(getattr(rule, "stable", math.inf)):
+            raise ValueError(
+                "lookahead needs a rule that reads only the current step (no step budget, no stability)"
+            )
 
     @property
     def runner_up(self) -> bool:
@@ -122,12 +109,15 @@ class Lookahead:
         canvas: torch.Tensor,  # [B, N]
         fixed: torch.Tensor,  # [B, N]
         blk: slice,
-        guess: Guess,
+        guess: Guess | None,
         eot_id: int,
     ) -> tuple[list[SubStep], Guess, int]:
         """One model call: the rule's next sub-steps (each row's k + 1, module docstring), the
-        guesses for the following call, and how many rows the call computed."""
+        guesses for the following call, and how many rows the call computed. ``guess``: the last
+        call's in this block (None at its first call)."""
         B, dev = canvas.shape[0], canvas.device
+        if guess is None:
+            guess = Guess.none(B, blk.stop - blk.start, dev)
         T = guess.parent.shape[1]
         live = (~fixed[:, blk]).any(dim=1)  # [B]
         slots = torch.cat([live[:, None], (guess.depth > 0) & live[:, None]], dim=1)  # [B, 1 + T]
@@ -137,7 +127,7 @@ class Lookahead:
         vcan, vfix = canvas[idx].clone(), fixed[idx].clone()  # [R, N]
         vcan[:, blk] = torch.where(put, guess.path_tok[idx, node], vcan[:, blk])
         vfix[:, blk] |= put
-        _fill_after_eot(vcan, vfix, eot_id)
+        fill_after_eot(vcan, vfix, eot_id)
         vact = ~vfix[:, blk]  # [R, n]
         tok, conf, cert, alt_tok, alt_p = predict(idx, vcan, vfix)  # [R, n] each
         sel = select(tok, cert, vact)  # [R, n] the rule's commits on each variant
@@ -175,7 +165,7 @@ class Lookahead:
             cur[r] = guess.parent[r, g] + 1
         plan = [(commit[s], ptok[s], pconf[s]) for s in range(S)]
         left = vact[last[on]] & ~sel[last[on]]  # [b, n]
-        ended = _first(sel[last[on]] & (tok[last[on]] == eot_id))  # a committed end-of-text ends it
+        ended = first_true(sel[last[on]] & (tok[last[on]] == eot_id))  # a committed end-of-text ends it
         left &= torch.arange(left.shape[1], device=dev)[None, :] < ended[:, None]
         preds = [x[last[on]] if x is not None else None for x in (tok, conf, cert, alt_tok, alt_p)]
         return plan, self._guess(select, *preds, left, live, eot_id), len(idx)
@@ -202,7 +192,7 @@ class Lookahead:
                 sets = sets[:, :d]
                 break
             sets[:, d] = s
-            left = left & ~s & (pos[None, :] <= _first(s & (tok == eot_id))[:, None])
+            left = left & ~s & (pos[None, :] <= first_true(s & (tok == eot_id))[:, None])
         D = sets.shape[1]
         if D == 0:  # nothing left to guess in any row
             return Guess.none(live.shape[0], n, dev)

@@ -80,14 +80,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import torch
 
 from model import ops
 from model.cache import CachePolicy, ContextCache
-from model.lookahead import Guess, Lookahead, check_rule
 from model.transformer import Transformer
+
+if TYPE_CHECKING:  # model/lookahead.py builds on this module's helpers
+    from model.lookahead import Guess, Lookahead
 
 
 # ---- unmasking rules ---------------------------------------------------------------------------
@@ -258,6 +260,17 @@ def first_true(mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask.any(dim=1), mask.int().argmax(dim=1), N)
 
 
+def fill_after_eot(canvas: torch.Tensor, fixed: torch.Tensor, eot_id: int) -> torch.Tensor:
+    """In place on canvas, fixed [B, N]: positions after a row's first committed end-of-text become
+    committed end-of-text (module docstring); returns those it filled [B, N]."""
+    first = first_true(fixed & (canvas == eot_id))  # [B]
+    tail = torch.arange(canvas.shape[1], device=canvas.device) > first[:, None]
+    fill = tail & ~fixed
+    canvas[fill] = eot_id
+    fixed |= tail
+    return fill
+
+
 # ---- the loop ----------------------------------------------------------------------------------
 def _drafts(
     draft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -383,12 +396,13 @@ def denoise(
     bias = torch.zeros(V, device=dev)
     bias[[mask_id, *(suppress_ids or [])]] = float("-inf")
     if lookahead is not None:
-        check_rule(rule, temperature)
+        lookahead.check(rule, temperature)
 
-    def predict(idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, st: object) -> tuple:
+    def predict(idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, st: object = None) -> tuple:
         """Token, confidence, the rule's certainty, and for a lookahead tree the runner-up token and
         its probability (else None) [R, n] at the active block of canvases ``can``, ``fix`` [R, N],
-        row r a state of batch row ``idx[r]``; ``st``: the cache state of those rows."""
+        row r a state of batch row ``idx[r]``; ``st``: the cache state of those rows (None: cut here)."""
+        st = cache.rows(state, idx) if st is None else st
         act = ~fix[:, blk]  # [R, n]
         penalty = -bias.expand(len(idx), V)
         if presence_penalty:
@@ -424,7 +438,7 @@ def denoise(
     for start in range(0, N, block_size):
         blk = slice(start, min(N, start + block_size))
         k = 0  # steps this block has taken
-        guess = Guess.none(B, blk.stop - start, dev)
+        guess: Guess | None = None  # lookahead's guesses in this block (None: none yet)
         while True:
             active = ~fixed[:, blk]  # [B, n]
             if not bool(active.any()):
@@ -433,15 +447,7 @@ def denoise(
                 cancelled = True
                 break
             if lookahead is not None:
-                plan, guess, R = lookahead.step(
-                    lambda i, c, f: predict(i, c, f, cache.rows(state, i)),
-                    select,
-                    canvas,
-                    fixed,
-                    blk,
-                    guess,
-                    eot_id,
-                )
+                plan, guess, R = lookahead.step(predict, select, canvas, fixed, blk, guess, eot_id)
                 row_steps += R
             else:
                 # a row with nothing masked in this block commits nothing: compute the others alone
@@ -461,9 +467,8 @@ def denoise(
                 conf = torch.zeros_like(active, dtype=conf_b.dtype).index_copy_(0, idx, conf_b)
                 cert = torch.zeros_like(conf).index_copy_(0, idx, cert_b)
                 repeated = (tok == prev[:, blk]) & active  # [B, n] predicted the same twice running
-                commit = rule.select(
-                    informative(tok, cert, active, eot_id), active, repeated, k, tok
-                )  # [B, n]
+                cert = informative(tok, cert, active, eot_id)
+                commit = rule.select(cert, active, repeated, k, tok)  # [B, n]
                 prev[:, blk] = torch.where(active & ~commit, tok, -1)
                 plan = [(commit, tok, conf)]
             steps += 1
@@ -479,14 +484,7 @@ def denoise(
                         fill = ended[:, None] & ~fixed  # [B, N]
                         canvas[fill], conf_out[fill] = eot_id, 1.0
                         fixed |= ended[:, None]
-                # end-of-text: everything after a committed end-of-text is end-of-text too
-                is_eot = fixed & (canvas == eot_id)  # [B, N]
-                first = first_true(is_eot)  # [B]
-                tail = pos[None, :] > first[:, None]
-                fill = tail & ~fixed
-                canvas[fill] = eot_id
-                conf_out[fill] = 1.0
-                fixed |= tail
+                conf_out[fill_after_eot(canvas, fixed, eot_id)] = 1.0
             if record:
                 canvases.append(canvas.clone())
             if on_step is not None:
