@@ -81,6 +81,7 @@ class Job:
             o.lookahead,
             o.lookahead_agree,
             o.lookahead_nodes,
+            o.lookahead_accept,
             o.seed,
         )
 

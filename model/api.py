@@ -106,6 +106,9 @@ class SamplingOptions:
     lookahead_nodes: int | None = None  # None: the effort's ``lookahead_nodes`` (None there: a chain)
     # accept a guessed step the model agrees with, in whatever order (model/lookahead.py); None: the effort's
     lookahead_agree: bool | None = None
+    # with lookahead_agree: accept a guessed token the model ranks second at no less than this share of
+    # its first's probability (model/lookahead.py); None: the effort's ``lookahead_accept``
+    lookahead_accept: float | None = None
     seed: int = 0
     record_canvases: bool = False  # keep every intermediate draft (for ``diffusing`` streams)
     on_step: Callable[[str], None] | None = None  # called with the whole current draft each step
@@ -252,7 +255,8 @@ class Engine:
             return None
         agree = o.lookahead_agree if o.lookahead_agree is not None else preset.lookahead_agree
         nodes = o.lookahead_nodes if o.lookahead_nodes is not None else preset.lookahead_nodes
-        return Lookahead(depth, nodes, agree)
+        accept = o.lookahead_accept if o.lookahead_accept is not None else preset.lookahead_accept
+        return Lookahead(depth, nodes, agree, accept)
 
     def _line_steps(self, r: FimRequest | EditRequest) -> int | None:
         """The step budget per block of request ``r``'s rows: its effort's ``line_steps`` (or the

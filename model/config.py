@@ -102,6 +102,9 @@ class EffortPreset:
     # the rule would pick those positions next (model/lookahead.py)
     lookahead_agree: bool = False
     lookahead_nodes: int | None = None  # guesses per row and call (None: lookahead's depth, a chain)
+    # With lookahead_agree: also accept a guessed token the model ranks second at no less than this
+    # share of its first's probability (1.0: its first only; model/lookahead.py)
+    lookahead_accept: float = 1.0
 
     def block_for(self, edit: bool) -> int:
         """The block length of a next-edit (``edit``) or FIM request at this effort."""
@@ -177,6 +180,11 @@ class InferenceConfig:
                 )
             if e.lookahead_nodes is not None and (e.lookahead is None or e.lookahead_nodes < e.lookahead):
                 raise ValueError(f"effort {name!r}: lookahead_nodes needs a lookahead no deeper than it")
+            if not 0 < e.lookahead_accept <= 1 or (e.lookahead_accept < 1 and not e.lookahead_agree):
+                raise ValueError(
+                    f"effort {name!r}: lookahead_accept needs lookahead_agree and a value in (0, 1], "
+                    f"got {e.lookahead_accept}"
+                )
             if e.one_copy and e.gamma is None:
                 raise ValueError(f"effort {name!r}: one_copy needs a gamma (the joint rule)")
             if e.stable is not None and (e.gamma is None or not 0.0 <= e.stable <= 1.0):

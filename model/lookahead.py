@@ -81,12 +81,19 @@ class Lookahead:
     depth: int = 4  # the deepest guess: at most depth + 1 of the rule's steps per call
     nodes: int | None = None  # guesses per row and call (None: ``depth``, a chain of top tokens)
     agree: bool = False  # accept guesses the model predicts, in any order (module docstring)
+    # with ``agree``: also accept a guessed token that is the verifying call's runner-up at no less
+    # than ``accept`` times its top token's probability (1: the top token only; module docstring)
+    accept: float = 1.0
 
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise ValueError(f"lookahead depth must be at least 1, got {self.depth}")
         if self.nodes is not None and self.nodes < self.depth:
             raise ValueError(f"lookahead nodes must be at least its depth {self.depth}, got {self.nodes}")
+        if not 0 < self.accept <= 1:
+            raise ValueError(f"lookahead accept must be in (0, 1], got {self.accept}")
+        if self.accept < 1 and not self.agree:
+            raise ValueError("lookahead accept below 1 needs agree (the rule's own steps are exact)")
 
     def check(self, rule: object, temperature: float) -> None:
         """ValueError unless ``rule`` at ``temperature`` can be verified (module docstring)."""
@@ -99,8 +106,9 @@ class Lookahead:
 
     @property
     def runner_up(self) -> bool:
-        """Whether guesses need each position's runner-up token (a tree, not a chain)."""
-        return self.nodes is not None and self.nodes > self.depth
+        """Whether a call needs each position's runner-up token: to guess a tree, not a chain, or
+        to accept a runner-up (``accept`` < 1)."""
+        return (self.nodes is not None and self.nodes > self.depth) or self.accept < 1
 
     def step(
         self,
@@ -141,7 +149,11 @@ class Lookahead:
             pv = at[rows, p].clamp_min(0)  # [B] the parent's variant
             own = guess.own[:, t]  # [B, n]
             ok = right[rows, p] & (at[rows, t + 1] >= 0) & own.any(dim=1)
-            ok &= ((tok[pv] == guess.tok[:, t]) | ~own).all(dim=1)
+            gt = guess.tok[:, t]  # [B, n]
+            hit = tok[pv] == gt
+            if self.accept < 1 and alt_tok is not None and alt_p is not None:
+                hit |= (alt_tok[pv] == gt) & (alt_p[pv] >= self.accept * conf[pv])
+            ok &= (hit | ~own).all(dim=1)
             if not self.agree:
                 ok &= (sel[pv] == own).all(dim=1)
             right[:, t + 1] = ok
@@ -161,7 +173,9 @@ class Lookahead:
             g = cur[r] - 1  # the path's guess at depth d
             pv = at[r, guess.parent[r, g] + 1]  # its parent's variant, which verified it
             commit[d - 1, r], ptok[d - 1, r] = guess.own[r, g], guess.tok[r, g]
-            pconf[d - 1, r] = conf[pv]
+            pconf[d - 1, r] = (
+                conf[pv] if alt_p is None else torch.where(ptok[d - 1, r] == tok[pv], conf[pv], alt_p[pv])
+            )
             cur[r] = guess.parent[r, g] + 1
         plan = [(commit[s], ptok[s], pconf[s]) for s in range(S)]
         left = vact[last[on]] & ~sel[last[on]]  # [b, n]

@@ -67,6 +67,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-token-per-step baseline")
     p.add_argument(
+        "--no-ce",
+        action="store_true",
+        help="skip the canonical infills' cross-entropy (decoding-independent; reported as null)",
+    )
+    p.add_argument(
         "--one-token",
         choices=["confident", "left"],
         default=None,
@@ -89,6 +94,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--lookahead-agree",
         action="store_true",
         help="accept a guessed step whenever the model predicts its tokens (model/lookahead.py)",
+    )
+    p.add_argument(
+        "--lookahead-accept",
+        type=float,
+        default=None,
+        help="with --lookahead-agree: also accept a guessed token the model ranks second at no less than "
+        "this share of its first's probability (default: the effort's; 1: its first only)",
     )
     p.add_argument(
         "--fim-window",
@@ -164,6 +176,7 @@ def evaluate(
     lookahead: int | None = None,
     lookahead_agree: bool | None = None,
     lookahead_nodes: int | None = None,
+    lookahead_accept: float | None = None,
 ) -> dict:
     from tqdm import tqdm
 
@@ -187,6 +200,7 @@ def evaluate(
                     lookahead=lookahead,
                     lookahead_agree=lookahead_agree,
                     lookahead_nodes=lookahead_nodes,
+                    lookahead_accept=lookahead_accept,
                 ),
             )
         )
@@ -250,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
     # multi-line canvas would take a minute a task on two cores; such suites report it as null.
     l2r = max_tokens <= L2R_CE_MAX_TOKENS
     ce, ce_l2r = [], []
-    for t in tasks:
+    for t in [] if args.no_ce else tasks:
         req = FimRequest(t["prompt"], t["suffix"], max_tokens=max_tokens)
         ce.append(engine.middle_ce(req, t["canonical_solution"]))
         if l2r:
@@ -270,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
         lookahead=args.lookahead,
         lookahead_agree=args.lookahead_agree or None,
         lookahead_nodes=args.lookahead_nodes,
+        lookahead_accept=args.lookahead_accept,
     )
     try:
         result = evaluate(engine, tasks, label="parallel", **measured, **kw)
@@ -287,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
         result["agreement"] = sum(same) / max(1, len(same))
     result.update(
         {
-            "middle_ce": sum(ce) / len(ce),
+            "middle_ce": sum(ce) / len(ce) if ce else None,
             "middle_ce_l2r": sum(ce_l2r) / len(ce_l2r) if ce_l2r else None,
             "suite": args.suite.name,
             "effort": effort,
@@ -299,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
             "lookahead": args.lookahead,
             "lookahead_agree": args.lookahead_agree,
             "lookahead_nodes": args.lookahead_nodes,
+            "lookahead_accept": args.lookahead_accept,
             "block_size": args.block_size or engine.inference.efforts[effort].block_for(edit=False),
             "line_steps": (
                 args.line_steps
@@ -330,7 +346,10 @@ def run(args: argparse.Namespace) -> int:
         if result["middle_ce_l2r"] is not None
         else f"left to right not measured (canvas over {L2R_CE_MAX_TOKENS} tokens)"
     )
-    print(f"canonical infill cross-entropy: {result['middle_ce']:.3f} nats/token fully masked, {l2r_text}")
+    if result["middle_ce"] is not None:
+        print(
+            f"canonical infill cross-entropy: {result['middle_ce']:.3f} nats/token fully masked, {l2r_text}"
+        )
     if "speedup_p50" in result:
         print(
             f"speedup (p50 latency, sequential/parallel): {result['speedup_p50']:.2f}x; "

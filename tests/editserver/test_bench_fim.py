@@ -80,6 +80,18 @@ def test_long_canvases_skip_the_left_to_right_cross_entropy(tiny_checkpoint, tmp
     assert d["middle_ce"] > 0 and d["middle_ce_l2r"] is None and "sequential" not in d
 
 
+def test_no_ce_skips_the_cross_entropy_pass_and_a_loose_lookahead_runs(tiny_checkpoint, tmp_path) -> None:
+    d = _bench(
+        tiny_checkpoint, tmp_path, 8, "--no-sequential", "--no-ce",
+        "--lookahead", "3", "--lookahead-agree", "--lookahead-accept", "0.5",
+    )  # fmt: skip
+    assert d["middle_ce"] is None and d["middle_ce_l2r"] is None and d["lookahead_accept"] == 0.5
+    assert d["n"] == 1 and d["rows_per_step"] >= 1.0
+    (tmp_path / "r.json").unlink()
+    r, out = _run(tiny_checkpoint, tmp_path, "--lookahead", "3", "--lookahead-accept", "0.5")
+    assert r.returncode == 2 and "needs agree" in r.stdout and not out.exists()
+
+
 def test_an_unknown_effort_is_refused_before_any_work(tiny_checkpoint, tmp_path) -> None:
     r, out = _run(tiny_checkpoint, tmp_path, "--effort", "fast")
     assert r.returncode == 2 and "got 'fast'" in r.stdout and "Traceback" not in r.stderr

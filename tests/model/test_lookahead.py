@@ -183,3 +183,58 @@ def test_agree_commits_each_token_as_the_models_choice_given_what_came_before() 
                 checked += 1
         before = (canvas, fixed)
     assert checked >= 8
+
+
+def test_accept_commits_the_models_first_or_a_close_second_choice() -> None:
+    """With ``accept`` a below 1 a guessed token is also right when the verifying call ranks it second
+    at no less than a times its first's probability: each token committed one at a time is the model's
+    first or such a second choice on the canvas just before, and some are seconds (fewer calls)."""
+    m = _model(seed=7)
+    ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(3))
+    states: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def watch(canvas, fixed, conf):
+        states.append((canvas.clone(), fixed.clone()))
+        return torch.zeros(len(canvas), dtype=torch.bool)
+
+    kw = dict(mask_id=MASK, eot_id=EOT, block_size=16, rule=TopKRule(1), done=watch)
+    strict = denoise(m, ctx, torch.tensor([20, 20]), 16, lookahead=Lookahead(4, agree=True), **kw)
+    states.clear()
+    loose = denoise(m, ctx, torch.tensor([20, 20]), 16, lookahead=Lookahead(4, agree=True, accept=0.5), **kw)
+    assert loose.steps <= strict.steps
+    before = (torch.full((2, 16), MASK), torch.zeros((2, 16), dtype=torch.bool))
+    firsts = seconds = 0
+    for canvas, fixed in states:
+        new = fixed & ~before[1]  # [2, 16]
+        ids = torch.cat([ctx, torch.where(before[1], before[0], MASK)], dim=1)
+        with torch.no_grad():
+            logits = m(ids, context_lens=torch.tensor([20, 20]))[:, 20:].float()
+        logits[..., MASK] = float("-inf")
+        p = logits.softmax(-1)
+        for b in range(2):
+            pos = new[b].nonzero().squeeze(1).tolist()
+            if pos and not bool((before[0][b][before[1][b]] == EOT).any()):  # not the end-of-text fill
+                two_p, two_i = p[b, pos[0]].topk(2)
+                got = int(canvas[b, pos[0]])
+                if got == int(two_i[0]):
+                    firsts += 1
+                else:
+                    assert got == int(two_i[1]) and float(two_p[1]) >= 0.5 * float(two_p[0]) - 1e-4
+                    seconds += 1
+        before = (canvas, fixed)
+    assert firsts >= 4 and seconds >= 1
+
+
+def test_accept_needs_agree_and_a_share() -> None:
+    for bad in (dict(accept=0.5), dict(agree=True, accept=0.0), dict(agree=True, accept=1.5)):
+        with pytest.raises(ValueError, match="accept"):
+            Lookahead(3, **bad)
+    from model.config import InferenceConfig
+
+    low = {"threshold": 0.9, "block_size": 32, "gamma": 0.1, "lookahead": 3, "lookahead_accept": 0.5}
+    with pytest.raises(ValueError, match="lookahead_accept"):
+        InferenceConfig.from_dict({"efforts": {"low": low}, "default_effort": "low"})
+    ok = InferenceConfig.from_dict(
+        {"efforts": {"low": {**low, "lookahead_agree": True}}, "default_effort": "low"}
+    )
+    assert ok.efforts["low"].lookahead_accept == 0.5
