@@ -21,11 +21,19 @@ do for diffusion language models):
   alone. Each sub-step is handed back on its own (``plan``), so the loop applies the stop hook and
   the end-of-text fill after each exactly as after R's steps one by one: the answer, each token's
   confidence and where a stop sequence ends the row are R's own, token for token.
+- Across blocks: each call also predicts the next semi-autoregressive block (still all masked, as
+  at that block's first call) from the variant each row continues from; ``carry`` guesses that
+  block's first steps from the last such look, so only a request's first block starts with nothing
+  to verify. A carried guess is verified like any other, so it changes no answer, only the calls.
 - ``agree``: a guess is right when its parent's variant predicts the guessed tokens at the guessed
   positions, whether or not R would pick those positions next. Every committed token is still the
   model's argmax given everything committed before it, so a one-token rule stays one token per step
   in quality, only in the order of the guesses (most certain first) where R's own order would
   have been re-ranked after each commit: the guesses R would have taken in another order count.
+- ``accept`` (with ``agree``): a guessed token is also right when the verifying variant ranks it
+  second at no less than ``accept`` times its first's probability (a relaxed acceptance like
+  Medusa's typical acceptance, Cai et al. 2024). Such a token is no longer the model's argmax, so
+  this trades answers for calls (README, session 42 measures both).
 - Cost: a call computes up to ``nodes`` + 1 rows per row instead of one. A model call's latency on a
   GPU barely grows with a few more 32-token rows; on two CPU cores it does (README, session 41
   measures tokens per step, rows per step and milliseconds side by side).
@@ -46,9 +54,10 @@ import torch
 
 from model.sampler import fill_after_eot, first_true
 
-# (rows' batch indices [R], canvases [R, N], committed [R, N]) -> token, confidence, certainty, and
-# the runner-up token and its probability (None unless asked) [R, n] at the active block
-Predict = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]
+# (rows' batch indices [R], canvases [R, N], committed [R, N], span=the positions, default the active
+# block) -> token, confidence, certainty, and the runner-up token and its probability (None unless
+# asked) [R, n] at those positions
+Predict = Callable[..., tuple[torch.Tensor, ...]]
 # (tokens, certainties, still masked [R, n]) -> the rule's commits [R, n]
 Select = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # one sub-step of a plan: commit [B, n], its tokens [B, n], their confidences [B, n]
@@ -59,7 +68,10 @@ SubStep = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 class Guess:
     """A block's guessed steps, per row a tree of T guesses: ``parent`` [B, T] (-1: the current
     state), ``depth`` [B, T] (0: no guess), the guessed set ``own`` [B, T, n] with its tokens
-    ``tok`` [B, T, n], and ``path`` / ``path_tok`` [B, T, n], the sets from the root to it."""
+    ``tok`` [B, T, n], and ``path`` / ``path_tok`` [B, T, n], the sets from the root to it.
+    ``ahead``: the predictions (token, confidence, certainty, runner-up and its probability, each
+    [B, n'] or None) for the next block that each row's latest call made, ``seen`` [B] the rows
+    that have them (None: not looked at)."""
 
     parent: torch.Tensor
     depth: torch.Tensor
@@ -67,6 +79,8 @@ class Guess:
     tok: torch.Tensor
     path: torch.Tensor
     path_tok: torch.Tensor
+    ahead: tuple[torch.Tensor | None, ...] | None = None
+    seen: torch.Tensor | None = None
 
     @staticmethod
     def none(B: int, n: int, device: torch.device) -> Guess:
@@ -119,10 +133,12 @@ class Lookahead:
         blk: slice,
         guess: Guess | None,
         eot_id: int,
+        nxt: slice | None = None,
     ) -> tuple[list[SubStep], Guess, int]:
         """One model call: the rule's next sub-steps (each row's k + 1, module docstring), the
         guesses for the following call, and how many rows the call computed. ``guess``: the last
-        call's in this block (None at its first call)."""
+        call's in this block (None: none). ``nxt``: the next block, whose predictions the call also
+        keeps for ``carry``."""
         B, dev = canvas.shape[0], canvas.device
         if guess is None:
             guess = Guess.none(B, blk.stop - blk.start, dev)
@@ -137,7 +153,10 @@ class Lookahead:
         vfix[:, blk] |= put
         fill_after_eot(vcan, vfix, eot_id)
         vact = ~vfix[:, blk]  # [R, n]
-        tok, conf, cert, alt_tok, alt_p = predict(idx, vcan, vfix)  # [R, n] each
+        n = blk.stop - blk.start
+        out = predict(idx, vcan, vfix, span=slice(blk.start, (nxt or blk).stop))  # [R, n (+ n')] each
+        tok, conf, cert, alt_tok, alt_p = (None if x is None else x[:, :n] for x in out)
+        later = [None if x is None else x[:, n:] for x in out]  # [R, n'] the next block
         sel = select(tok, cert, vact)  # [R, n] the rule's commits on each variant
         at = torch.full((B, 1 + T), -1, dtype=torch.long, device=dev)
         at[idx, slot] = torch.arange(len(idx), device=dev)  # [B, 1 + T] variant of each slot
@@ -182,7 +201,28 @@ class Lookahead:
         ended = first_true(sel[last[on]] & (tok[last[on]] == eot_id))  # a committed end-of-text ends it
         left &= torch.arange(left.shape[1], device=dev)[None, :] < ended[:, None]
         preds = [x[last[on]] if x is not None else None for x in (tok, conf, cert, alt_tok, alt_p)]
-        return plan, self._guess(select, *preds, left, live, eot_id), len(idx)
+        g = self._guess(select, *preds, left, live, eot_id)
+        if nxt is not None:  # each live row's look at the next block, from the variant it continues from
+            keep = guess.ahead if guess.ahead is not None else [None if x is None else x.new_zeros((B, x.shape[1])) for x in later]  # fmt: skip
+            g.ahead = tuple(
+                None if x is None else k.index_put((on,), x[last[on]]) for x, k in zip(later, keep)
+            )
+            g.seen = live | (guess.seen if guess.seen is not None else torch.zeros_like(live))
+        return plan, g, len(idx)
+
+    def carry(
+        self, guess: Guess | None, select: Select, fixed: torch.Tensor, blk: slice, eot_id: int
+    ) -> Guess | None:
+        """The first guesses of block ``blk`` from the last block's look at it (``step``'s ``nxt``):
+        the rule run on those frozen predictions, as within a block, for the rows that made one and
+        still have it to decode (None: no row). Lookahead's later calls then verify them."""
+        if guess is None or guess.ahead is None or guess.seen is None:
+            return None
+        live = guess.seen & (~fixed[:, blk]).any(dim=1)  # [B]
+        if not bool(live.any()):
+            return None
+        preds = [None if x is None else x[live] for x in guess.ahead]
+        return self._guess(select, *preds, ~fixed[live, blk], live, eot_id)
 
     def _guess(
         self,

@@ -33,7 +33,7 @@ Alg. 2 with low-confidence remasking). Design decisions:
   repeat committed, 14.3% at 2.07 against the p1 bound's 13.5% at 2.05).
 - One copy at a time (``JointRule.one_copy``): of two adjacent undecided positions predicting the
   same token, a step commits the more certain; each may be placing the one token the line needs
-  (``return 'No''``). A true double commits later (README, session 40).
+  (``return 'No''``). A true double commits later (docs/model-history.md, session 40).
 - Step budget (``StepBudget``): a wrapper that gives any rule at most so many steps per block and
   commits everything still masked at the last one (each row its own budget, so one batch can hold
   budgeted one-line requests beside unbudgeted ones). A loose rule spends its last steps of a
@@ -398,12 +398,16 @@ def denoise(
     if lookahead is not None:
         lookahead.check(rule, temperature)
 
-    def predict(idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, st: object = None) -> tuple:
+    def predict(
+        idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, st: object = None, span: slice | None = None
+    ) -> tuple:
         """Token, confidence, the rule's certainty, and for a lookahead tree the runner-up token and
-        its probability (else None) [R, n] at the active block of canvases ``can``, ``fix`` [R, N],
-        row r a state of batch row ``idx[r]``; ``st``: the cache state of those rows (None: cut here)."""
+        its probability (else None) [R, n] at the active block (or ``span``) of canvases ``can``,
+        ``fix`` [R, N], row r a state of batch row ``idx[r]``; ``st``: the cache state of those rows
+        (None: cut here)."""
         st = cache.rows(state, idx) if st is None else st
-        act = ~fix[:, blk]  # [R, n]
+        sp = blk if span is None else span
+        act = ~fix[:, sp]  # [R, n]
         penalty = -bias.expand(len(idx), V)
         if presence_penalty:
             seen = torch.zeros((len(idx), V), device=dev)
@@ -412,7 +416,7 @@ def denoise(
             penalty = penalty + seen * presence_penalty
         drafts = None if draft is None else _drafts(draft, idx, can, fix, canvas, fixed)
         # only still-masked positions are projected onto the vocabulary: [M, V], M = act.sum()
-        logits = cache.logits(model, st, can, blk, drafts, act)
+        logits = cache.logits(model, st, can, sp, drafts, act)
         pen = penalty[act.nonzero()[:, 0]]  # [M, V] each position's row's penalty
         # [M, 1] each
         tok_m, conf_m, margin_m = choose_tokens(
@@ -435,10 +439,13 @@ def denoise(
     def select(tok: torch.Tensor, cert: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         return rule.select(informative(tok, cert, act, eot_id), act, None, 0, tok)
 
+    guess: Guess | None = None  # lookahead's guesses in the block (None: none yet)
     for start in range(0, N, block_size):
         blk = slice(start, min(N, start + block_size))
+        nxt = slice(blk.stop, min(N, blk.stop + block_size)) if blk.stop < N else None
         k = 0  # steps this block has taken
-        guess: Guess | None = None  # lookahead's guesses in this block (None: none yet)
+        if lookahead is not None:  # the first guesses from the last block's look at this one
+            guess = lookahead.carry(guess, select, fixed, blk, eot_id)
         while True:
             active = ~fixed[:, blk]  # [B, n]
             if not bool(active.any()):
@@ -447,7 +454,7 @@ def denoise(
                 cancelled = True
                 break
             if lookahead is not None:
-                plan, guess, R = lookahead.step(predict, select, canvas, fixed, blk, guess, eot_id)
+                plan, guess, R = lookahead.step(predict, select, canvas, fixed, blk, guess, eot_id, nxt)
                 row_steps += R
             else:
                 # a row with nothing masked in this block commits nothing: compute the others alone

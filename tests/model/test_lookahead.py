@@ -87,6 +87,22 @@ def test_predictions_that_never_change_are_all_accepted() -> None:
         assert fast.row_steps == rows
 
 
+def test_a_blocks_first_guesses_come_from_the_last_blocks_look_at_it() -> None:
+    """The same canvas-blind model in blocks of 8: only the first block's first call has nothing to
+    verify; each later block starts from guesses its previous block's calls made (``carry``), so it
+    takes ceil(8 / (depth + 1)) calls instead of 1 + ceil(7 / (depth + 1))."""
+    m = _model()
+    with torch.no_grad():
+        for layer in m.layers:
+            layer.attn.wo.weight.zero_()
+            layer.ffn.w_down.weight.zero_()
+    plain = _run(m, rows=1, rule=LeftmostRule(), block_size=8)
+    for depth in (1, 3, 7):
+        fast = _run(m, rows=1, rule=LeftmostRule(), block_size=8, lookahead=Lookahead(depth))
+        _same(plain, fast)
+        assert fast.steps == 1 + -(-7 // (depth + 1)) + 2 * -(-8 // (depth + 1))
+
+
 def test_lookahead_refuses_what_it_cannot_verify() -> None:
     m = _model()
     for rule in (StepBudget(TopKRule(1), torch.tensor([3.0, 3.0, 3.0])), JointRule(0.1, stable=0.0)):
