@@ -65,15 +65,21 @@ def test_lookahead_with_a_stop_hook_and_drafts_matches_step_by_step() -> None:
     _same(plain, fast)
 
 
-def test_predictions_that_never_change_are_all_accepted() -> None:
+def _canvas_blind() -> Transformer:
     """A model whose canvas predictions ignore the canvas (attention and MLP outputs zeroed: every
-    masked position predicts the same token): every guess is right, so left to right a block of 24
-    takes one call to start the guesses and ceil(23 / (depth + 1)) more."""
+    masked position predicts the same token)."""
     m = _model()
     with torch.no_grad():
         for layer in m.layers:
             layer.attn.wo.weight.zero_()
             layer.ffn.w_down.weight.zero_()
+    return m
+
+
+def test_predictions_that_never_change_are_all_accepted() -> None:
+    """A canvas-blind model: every guess is right, so left to right a block of 24
+    takes one call to start the guesses and ceil(23 / (depth + 1)) more."""
+    m = _canvas_blind()
     plain = _run(m, rows=1, rule=LeftmostRule(), block_size=24)
     assert plain.steps == 24 and int(plain.lengths[0]) == 24  # one token each step, never end-of-text
     for depth in (1, 3, 5):
@@ -91,11 +97,7 @@ def test_a_blocks_first_guesses_come_from_the_last_blocks_look_at_it() -> None:
     """The same canvas-blind model in blocks of 8: only the first block's first call has nothing to
     verify; each later block starts from guesses its previous block's calls made (``carry``), so it
     takes ceil(8 / (depth + 1)) calls instead of 1 + ceil(7 / (depth + 1))."""
-    m = _model()
-    with torch.no_grad():
-        for layer in m.layers:
-            layer.attn.wo.weight.zero_()
-            layer.ffn.w_down.weight.zero_()
+    m = _canvas_blind()
     plain = _run(m, rows=1, rule=LeftmostRule(), block_size=8)
     for depth in (1, 3, 7):
         fast = _run(m, rows=1, rule=LeftmostRule(), block_size=8, lookahead=Lookahead(depth))
@@ -171,11 +173,11 @@ def test_a_tree_of_runner_up_tokens_gives_the_rules_own_answer(rule) -> None:
         assert fast.steps <= plain.steps
 
 
-def test_agree_commits_each_token_as_the_models_choice_given_what_came_before() -> None:
-    """With ``agree`` the order may differ from the rule's, but every token committed one at a time
-    is the model's argmax on the canvas as it was just before (the stop hook sees every sub-step)."""
-    m = _model(seed=5)
-    ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(2))
+def _commits(m, ctx: torch.Tensor, lookahead: Lookahead) -> tuple[object, list[tuple[int, torch.Tensor]]]:
+    """Decode rows of context ``ctx`` [2, 20] one token per step with ``lookahead``; the result, and
+    for each row's sub-step (the stop hook sees every one) the token it committed at its first new
+    position with the model's probabilities [V] there on the canvas as it was just before (the
+    end-of-text fill left out)."""
     states: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def watch(canvas, fixed, conf):
@@ -183,22 +185,31 @@ def test_agree_commits_each_token_as_the_models_choice_given_what_came_before() 
         return torch.zeros(len(canvas), dtype=torch.bool)
 
     kw = dict(mask_id=MASK, eot_id=EOT, block_size=16, rule=TopKRule(1), done=watch)
-    res = denoise(m, ctx, torch.tensor([20, 20]), 16, lookahead=Lookahead(4, nodes=8, agree=True), **kw)
-    assert (res.tokens != MASK).all()
+    res = denoise(m, ctx, torch.tensor([20, 20]), 16, lookahead=lookahead, **kw)
     before = (torch.full((2, 16), MASK), torch.zeros((2, 16), dtype=torch.bool))
-    checked = 0
+    out = []
     for canvas, fixed in states:
         new = fixed & ~before[1]  # [2, 16]
         ids = torch.cat([ctx, torch.where(before[1], before[0], MASK)], dim=1)
-        logits = m(ids, context_lens=torch.tensor([20, 20]))[:, 20:].float()
+        with torch.no_grad():
+            logits = m(ids, context_lens=torch.tensor([20, 20]))[:, 20:].float()
         logits[..., MASK] = float("-inf")
         for b in range(2):
             pos = new[b].nonzero().squeeze(1).tolist()
-            if pos and not bool((before[0][b][before[1][b]] == EOT).any()):  # not the end-of-text fill
-                assert int(canvas[b, pos[0]]) == int(logits[b, pos[0]].argmax())
-                checked += 1
+            if pos and not bool((before[0][b][before[1][b]] == EOT).any()):
+                out.append((int(canvas[b, pos[0]]), logits[b, pos[0]].softmax(-1)))
         before = (canvas, fixed)
-    assert checked >= 8
+    return res, out
+
+
+def test_agree_commits_each_token_as_the_models_choice_given_what_came_before() -> None:
+    """With ``agree`` the order may differ from the rule's, but every token committed one at a time
+    is the model's argmax on the canvas as it was just before."""
+    ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(2))
+    res, commits = _commits(_model(seed=5), ctx, Lookahead(4, nodes=8, agree=True))
+    assert (res.tokens != MASK).all() and len(commits) >= 8
+    for got, p in commits:
+        assert got == int(p.argmax())
 
 
 def test_accept_commits_the_models_first_or_a_close_second_choice() -> None:
@@ -207,37 +218,17 @@ def test_accept_commits_the_models_first_or_a_close_second_choice() -> None:
     first or such a second choice on the canvas just before, and some are seconds (fewer calls)."""
     m = _model(seed=7)
     ctx = torch.randint(2, V, (2, 20), generator=torch.Generator().manual_seed(3))
-    states: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def watch(canvas, fixed, conf):
-        states.append((canvas.clone(), fixed.clone()))
-        return torch.zeros(len(canvas), dtype=torch.bool)
-
-    kw = dict(mask_id=MASK, eot_id=EOT, block_size=16, rule=TopKRule(1), done=watch)
-    strict = denoise(m, ctx, torch.tensor([20, 20]), 16, lookahead=Lookahead(4, agree=True), **kw)
-    states.clear()
-    loose = denoise(m, ctx, torch.tensor([20, 20]), 16, lookahead=Lookahead(4, agree=True, accept=0.5), **kw)
+    strict, _ = _commits(m, ctx, Lookahead(4, agree=True))
+    loose, commits = _commits(m, ctx, Lookahead(4, agree=True, accept=0.5))
     assert loose.steps <= strict.steps
-    before = (torch.full((2, 16), MASK), torch.zeros((2, 16), dtype=torch.bool))
     firsts = seconds = 0
-    for canvas, fixed in states:
-        new = fixed & ~before[1]  # [2, 16]
-        ids = torch.cat([ctx, torch.where(before[1], before[0], MASK)], dim=1)
-        with torch.no_grad():
-            logits = m(ids, context_lens=torch.tensor([20, 20]))[:, 20:].float()
-        logits[..., MASK] = float("-inf")
-        p = logits.softmax(-1)
-        for b in range(2):
-            pos = new[b].nonzero().squeeze(1).tolist()
-            if pos and not bool((before[0][b][before[1][b]] == EOT).any()):  # not the end-of-text fill
-                two_p, two_i = p[b, pos[0]].topk(2)
-                got = int(canvas[b, pos[0]])
-                if got == int(two_i[0]):
-                    firsts += 1
-                else:
-                    assert got == int(two_i[1]) and float(two_p[1]) >= 0.5 * float(two_p[0]) - 1e-4
-                    seconds += 1
-        before = (canvas, fixed)
+    for got, p in commits:
+        two_p, two_i = p.topk(2)
+        if got == int(two_i[0]):
+            firsts += 1
+        else:
+            assert got == int(two_i[1]) and float(two_p[1]) >= 0.5 * float(two_p[0]) - 1e-4
+            seconds += 1
     assert firsts >= 4 and seconds >= 1
 
 
