@@ -119,10 +119,15 @@ class Lookahead:
             )
 
     @property
+    def tree(self) -> bool:
+        """Whether guesses are a tree of runner-up tokens, not a chain of top ones."""
+        return self.nodes is not None and self.nodes > self.depth
+
+    @property
     def runner_up(self) -> bool:
-        """Whether a call needs each position's runner-up token: to guess a tree, not a chain, or
-        to accept a runner-up (``accept`` < 1)."""
-        return (self.nodes is not None and self.nodes > self.depth) or self.accept < 1
+        """Whether a call needs each position's runner-up token: to guess a tree, or to accept a
+        runner-up (``accept`` < 1)."""
+        return self.tree or self.accept < 1
 
     def step(
         self,
@@ -255,7 +260,7 @@ class Lookahead:
         weak = conf[:, None, :].expand(b, D, n).masked_fill(~sets, 2.0).argmin(dim=2)  # [b, D]
         logp = torch.where(sets, conf[:, None, :].clamp_min(1e-9).log(), 0.0).sum(dim=2)  # [b, D]
         alt = None
-        if self.runner_up and alt_tok is not None and alt_p is not None:
+        if self.tree and alt_tok is not None and alt_p is not None:
             a = alt_p.gather(1, weak).clamp_min(1e-9).log() - conf.gather(1, weak).clamp_min(1e-9).log()
             alt = torch.where(has, logp + a, -math.inf)  # [b, D]
         trees = [_best_first(logp[i].tolist(), None if alt is None else alt[i].tolist(), has[i].tolist(),

@@ -232,6 +232,31 @@ def test_accept_commits_the_models_first_or_a_close_second_choice() -> None:
     assert firsts >= 4 and seconds >= 1
 
 
+def test_accept_keeps_a_chain_a_chain() -> None:
+    """``accept`` asks each call for runner-up tokens, but without ``nodes`` the guesses stay the
+    chain of top tokens: a runner-up likelier than the chain's next guess does not replace it."""
+    tok = torch.tensor([[5, 6, 7, 8, 9, 10]])  # [1, 6]
+    conf = torch.tensor([[0.9, 0.5, 0.8, 0.7, 0.6, 0.55]])
+    alt_p = torch.tensor(
+        [[0.05, 0.45, 0.75, 0.2, 0.3, 0.4]]
+    )  # position 2's runner-up: 0.9 * 0.75 > 0.9 * 0.8 * 0.7
+
+    def surest(t, c, left):  # one token per step, the most confident
+        return left & (c == torch.where(left, c, -1.0).max(dim=1, keepdim=True).values)
+
+    def guess(la: Lookahead):
+        left, live = torch.ones((1, 6), dtype=torch.bool), torch.ones(1, dtype=torch.bool)
+        return la._guess(surest, tok, conf, conf, tok + 100, alt_p, left, live, EOT)
+
+    chain = guess(Lookahead(3, agree=True, accept=0.5))
+    assert chain.parent.tolist() == [[-1, 0, 1]] and chain.depth.tolist() == [[1, 2, 3]]
+    assert bool((chain.tok == tok[:, None, :])[chain.own].all())
+    tree = guess(Lookahead(3, nodes=3, agree=True, accept=0.5))  # nodes == depth: a chain too
+    assert tree.parent.tolist() == [[-1, 0, 1]]
+    wide = guess(Lookahead(3, nodes=4, agree=True, accept=0.5))  # a tree takes the likely runner-up
+    assert bool((wide.tok != tok[:, None, :])[wide.own].any())
+
+
 def test_accept_needs_agree_and_a_share() -> None:
     for bad in (dict(accept=0.5), dict(agree=True, accept=0.0), dict(agree=True, accept=1.5)):
         with pytest.raises(ValueError, match="accept"):
