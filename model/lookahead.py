@@ -34,7 +34,8 @@ do for diffusion language models):
   second at no less than ``accept`` times its first's probability (a relaxed acceptance like
   Medusa's typical acceptance, Cai et al. 2024). Such a token is no longer the model's argmax, so
   this trades answers for calls (README, session 42 measures both).
-- Cost: a call computes up to ``nodes`` + 1 rows per row instead of one. A model call's latency on a
+- Cost: a call computes up to ``nodes`` + 1 rows per row instead of one, and with a next block
+  projects its positions onto the vocabulary too (the carry's look; not timed separately). A model call's latency on a
   GPU barely grows with a few more 32-token rows; on two CPU cores it does (README, session 41
   measures tokens per step, rows per step and milliseconds side by side).
 - Only rules that read nothing but the current predictions can be verified this way: no step
@@ -208,11 +209,12 @@ class Lookahead:
         preds = [x[last[on]] if x is not None else None for x in (tok, conf, cert, alt_tok, alt_p)]
         g = self._guess(select, *preds, left, live, eot_id)
         if nxt is not None:  # each live row's look at the next block, from the variant it continues from
-            keep = guess.ahead if guess.ahead is not None else [None if x is None else x.new_zeros((B, x.shape[1])) for x in later]  # fmt: skip
+            # rows not live in this call keep the look their last call took
+            prev = guess.ahead or tuple(None if x is None else x.new_zeros((B, x.shape[1])) for x in later)
             g.ahead = tuple(
-                None if x is None else k.index_put((on,), x[last[on]]) for x, k in zip(later, keep)
+                None if x is None else p.index_put((on,), x[last[on]]) for x, p in zip(later, prev)
             )
-            g.seen = live | (guess.seen if guess.seen is not None else torch.zeros_like(live))
+            g.seen = live if guess.seen is None else live | guess.seen
         return plan, g, len(idx)
 
     def carry(
