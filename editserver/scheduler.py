@@ -82,6 +82,7 @@ class Job:
             o.lookahead_agree,
             o.lookahead_nodes,
             o.lookahead_accept,
+            o.lookahead_draft,
             o.seed,
         )
 

@@ -61,6 +61,7 @@ import torch
 
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.draft import draft_region, step_drafts
+from model.drafter import Drafter
 from model.ensemble import outscored
 from model.lookahead import Lookahead
 from model.prompt import (
@@ -109,6 +110,8 @@ class SamplingOptions:
     # with lookahead_agree: accept a guessed token the model ranks second at no less than this share of
     # its first's probability (model/lookahead.py); None: the effort's ``lookahead_accept``
     lookahead_accept: float | None = None
+    # with lookahead: guesses re-predicted by the checkpoint's drafter (model/drafter.py); None: the effort's
+    lookahead_draft: bool | None = None
     seed: int = 0
     record_canvases: bool = False  # keep every intermediate draft (for ``diffusing`` streams)
     on_step: Callable[[str], None] | None = None  # called with the whole current draft each step
@@ -258,6 +261,20 @@ class Engine:
         accept = o.lookahead_accept if o.lookahead_accept is not None else preset.lookahead_accept
         return Lookahead(depth, nodes, agree, accept)
 
+    def _drafter(self, o: SamplingOptions, lookahead: Lookahead | None) -> Drafter | None:
+        """The drafter a request's lookahead uses (None: guesses from frozen predictions); ValueError
+        when asked for without lookahead or of a checkpoint that has none."""
+        preset = self.inference.efforts[self.resolve_effort(o.effort)]
+        # an effort's drafter goes with its lookahead: a request that turns lookahead off drops it too
+        asked = o.lookahead_draft if o.lookahead_draft is not None else preset.lookahead_draft and lookahead
+        if not asked:
+            return None
+        if lookahead is None:
+            raise ValueError("lookahead_draft needs lookahead (the drafter re-predicts its guesses)")
+        if self.ck.drafter is None:
+            raise ValueError("lookahead_draft needs a checkpoint with a drafter (drafter.safetensors)")
+        return self.ck.drafter
+
     def _line_steps(self, r: FimRequest | EditRequest) -> int | None:
         """The step budget per block of request ``r``'s rows: its effort's ``line_steps`` (or the
         request's own) for a single-line FIM request, None (no budget) for anything else."""
@@ -305,6 +322,7 @@ class Engine:
         rule, block = self._rule(o, edit=kinds == {EditRequest})
         budget = [self._line_steps(r) for r in reqs]
         lookahead = self._lookahead(o)
+        drafter = self._drafter(o, lookahead)
         if not o.sequential and any(b is not None for b in budget):
             if lookahead is not None:  # a budget counts steps, which lookahead changes (model/lookahead.py)
                 raise ValueError("lookahead cannot keep a step budget: use line_steps 0 with it")
@@ -372,6 +390,7 @@ class Engine:
             draft=draft,
             canvas_lens=torch.tensor(canvas_lens, device=self.device),
             lookahead=lookahead,
+            drafter=drafter,
         )
         latency = time.perf_counter() - t0
         out = []

@@ -37,9 +37,11 @@ class CachePolicy(Protocol):
         only: slice,
         draft: torch.Tensor | None,
         want: torch.Tensor,
-    ) -> torch.Tensor:
+        hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits [M, V] of the canvas positions ``only`` (the active block) that ``want`` [B, n]
-        marks (M of them, row-major); draft [B, N] or None."""
+        marks (M of them, row-major); draft [B, N] or None. ``hidden``: also the final hidden
+        states [B, n, dim] of ``only``'s positions (lookahead's drafter, model/drafter.py)."""
         ...
 
     def rows(self, state: object, idx: torch.Tensor) -> object:
@@ -68,9 +70,10 @@ class ContextCache:
         only: slice,
         draft: torch.Tensor | None,
         want: torch.Tensor,
-    ) -> torch.Tensor:
+        hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         assert isinstance(state, KVCache)
-        return model.forward_canvas(canvas, state, only, draft, want)
+        return model.forward_canvas(canvas, state, only, draft, want, hidden)
 
     def rows(self, state: object, idx: torch.Tensor) -> KVCache:
         assert isinstance(state, KVCache)
@@ -101,7 +104,8 @@ class NoCache:
         only: slice,
         draft: torch.Tensor | None,
         want: torch.Tensor,
-    ) -> torch.Tensor:
+        hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         assert isinstance(state, tuple)
         context, canvas_pos, canvas_lens = state
         ids = torch.cat([context, canvas], dim=1)
@@ -109,8 +113,12 @@ class NoCache:
         if draft is not None:  # [B, Lc + N]: no draft over the context
             draft = torch.cat([torch.full_like(context, -1), draft[:, : canvas.shape[1]]], dim=1)
         seq = None if canvas_lens is None else ctx + canvas_lens  # keys past a row's canvas: padding
-        logits = model(ids, context_lens=ctx, seq_lens=seq, canvas_pos=canvas_pos, draft=draft)
-        return logits[:, context.shape[1] :][:, only][want]
+        logits, h = model(
+            ids, context_lens=ctx, seq_lens=seq, canvas_pos=canvas_pos, draft=draft, return_hidden=True
+        )
+        Lc = context.shape[1]
+        out = logits[:, Lc:][:, only][want]
+        return (out, h[:, Lc:][:, only]) if hidden else out
 
     def rows(self, state: object, idx: torch.Tensor) -> object:
         assert isinstance(state, tuple)

@@ -1,9 +1,12 @@
-"""Checkpoints: a directory with ``config.json``, ``model.safetensors`` and ``tokenizer.json``.
+"""Checkpoints: a directory with ``config.json``, ``model.safetensors`` and ``tokenizer.json``, and
+optionally ``drafter.safetensors`` (lookahead's drafter, model/drafter.py).
 
 Design decisions:
 - safetensors only (no pickle): a checkpoint from anywhere can be loaded without running its code.
 - Weights may be stored in bfloat16 to keep the shipped default under 48 MB; they are cast to the
   serving dtype on load.
+- The drafter is a file of its own, not part of the model's weights: it is trained after them, on
+  their decoding, and a checkpoint without one loads and decodes as before (no lookahead_draft).
 - ``config.json`` carries the model shape, the inference settings (effort presets, the selectivity
   threshold the replay harness tuned) and free-form provenance (how it was trained).
 """
@@ -18,6 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model.config import InferenceConfig, ModelConfig
+from model.drafter import Drafter
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
 
@@ -30,6 +34,7 @@ class Checkpoint:
     tokenizer: Tokenizer
     inference: InferenceConfig
     meta: dict = field(default_factory=dict)
+    drafter: Drafter | None = None  # drafter.safetensors, if the checkpoint has one
 
     @property
     def config(self) -> ModelConfig:
@@ -43,11 +48,14 @@ def save_checkpoint(
     inference: InferenceConfig | None = None,
     meta: dict | None = None,
     dtype: torch.dtype = torch.float32,
+    drafter: Drafter | None = None,
 ) -> None:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(d / "model.safetensors"))
+    if drafter is not None:
+        save_drafter(d, drafter, dtype)
     tokenizer.save(d / "tokenizer.json")
     cfg = {
         "model": model.cfg.to_dict(),
@@ -55,6 +63,12 @@ def save_checkpoint(
         "meta": meta or {},
     }
     (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def save_drafter(directory: str | Path, drafter: Drafter, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Write ``drafter.safetensors`` into a checkpoint directory (bf16: 1.7 MB for the mini shape)."""
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in drafter.state_dict().items()}
+    save_file(state, str(Path(directory) / "drafter.safetensors"))
 
 
 def check_checkpoint_dir(d: Path) -> None:
@@ -74,11 +88,19 @@ def load_checkpoint(
     state = load_file(str(d / "model.safetensors"))
     model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
     model.to(device=device, dtype=dtype).eval()
+    drafter = None
+    if (d / "drafter.safetensors").is_file():
+        drafter = Drafter(model.cfg)
+        drafter.load_state_dict(
+            {k: v.to(torch.float32) for k, v in load_file(str(d / "drafter.safetensors")).items()}
+        )
+        drafter.to(device=device, dtype=dtype).eval()
     return Checkpoint(
         model,
         Tokenizer.load(d / "tokenizer.json"),
         InferenceConfig.from_dict(cfg.get("inference", {})),
         cfg.get("meta", {}),
+        drafter,
     )
 
 
@@ -125,5 +147,9 @@ def export_checkpoint(
             raise ValueError("cannot average checkpoints with different tokenizers")
         average_weights(ck.model, other, share)
         meta = {"averaged_with": f"{share:g} of {src}, {1 - share:g} of {average_with}", **meta}
-    save_checkpoint(dst, ck.model, ck.tokenizer, ck.inference, {**ck.meta, **meta}, dtype=dtype)
+    # a drafter was fitted to src's weights alone: an average's decoding differs, so it is left out
+    drafter = ck.drafter if average_with is None else None
+    save_checkpoint(
+        dst, ck.model, ck.tokenizer, ck.inference, {**ck.meta, **meta}, dtype=dtype, drafter=drafter
+    )
     return Path(dst)

@@ -107,6 +107,9 @@ class EffortPreset:
     # share of its first's probability (1.0: its first only; model/lookahead.py). 0.5 with `medium`'s
     # 12-guess tree: 2.30 tokens/step against 2.26 at 1.0 (README, session 42)
     lookahead_accept: float = 1.0
+    # With lookahead: re-predict the block with the checkpoint's drafter (``drafter.safetensors``,
+    # model/drafter.py) after each guessed set, so later guesses see earlier ones
+    lookahead_draft: bool = False
 
     def block_for(self, edit: bool) -> int:
         """The block length of a next-edit (``edit``) or FIM request at this effort."""
@@ -187,6 +190,8 @@ class InferenceConfig:
                     f"effort {name!r}: lookahead_accept needs lookahead_agree and a value in (0, 1], "
                     f"got {e.lookahead_accept}"
                 )
+            if e.lookahead_draft and e.lookahead is None:
+                raise ValueError(f"effort {name!r}: lookahead_draft needs a lookahead")
             if e.one_copy and e.gamma is None:
                 raise ValueError(f"effort {name!r}: one_copy needs a gamma (the joint rule)")
             if e.stable is not None and (e.gamma is None or not 0.0 <= e.stable <= 1.0):

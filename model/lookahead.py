@@ -57,8 +57,12 @@ from model.sampler import fill_after_eot, first_true
 
 # (rows' batch indices [R], canvases [R, N], committed [R, N], span=the positions, default the active
 # block) -> token, confidence, certainty, and the runner-up token and its probability (None unless
-# asked) [R, n] at those positions
+# asked) [R, n] at those positions, and the final hidden states [R, n, dim] (None without a drafter)
 Predict = Callable[..., tuple[torch.Tensor, ...]]
+# (rows' batch indices [R], canvases [R, N], committed [R, N] with the guesses written in, a call's
+# hidden states [R, n, dim], what was committed or guessed since [R, n]) -> Predict's first five at
+# the active block, as the drafter re-predicts them (model/drafter.py)
+Redraft = Callable[..., tuple[torch.Tensor, ...]]
 # (tokens, certainties, still masked [R, n]) -> the rule's commits [R, n]
 Select = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # one sub-step of a plan: commit [B, n], its tokens [B, n], their confidences [B, n]
@@ -140,11 +144,13 @@ class Lookahead:
         guess: Guess | None,
         eot_id: int,
         nxt: slice | None = None,
+        redraft: Redraft | None = None,
     ) -> tuple[list[SubStep], Guess, int]:
         """One model call: the rule's next sub-steps (each row's k + 1, module docstring), the
         guesses for the following call, and how many rows the call computed. ``guess``: the last
         call's in this block (None: none). ``nxt``: the next block, whose predictions the call also
-        keeps for ``carry``."""
+        keeps for ``carry``. ``redraft``: the drafter, which re-predicts the block after each
+        guessed set, so later guesses see earlier ones (None: guesses from frozen predictions)."""
         B, dev = canvas.shape[0], canvas.device
         if guess is None:
             guess = Guess.none(B, blk.stop - blk.start, dev)
@@ -161,8 +167,9 @@ class Lookahead:
         vact = ~vfix[:, blk]  # [R, n]
         n = blk.stop - blk.start
         out = predict(idx, vcan, vfix, span=slice(blk.start, (nxt or blk).stop))  # [R, n (+ n')] each
-        tok, conf, cert, alt_tok, alt_p = (None if x is None else x[:, :n] for x in out)
-        later = [None if x is None else x[:, n:] for x in out]  # [R, n'] the next block
+        tok, conf, cert, alt_tok, alt_p = (None if x is None else x[:, :n] for x in out[:5])
+        later = [None if x is None else x[:, n:] for x in out[:5]]  # [R, n'] the next block
+        hid = None if out[5] is None else out[5][:, :n]  # [R, n, dim]
         sel = select(tok, cert, vact)  # [R, n] the rule's commits on each variant
         at = torch.full((B, 1 + T), -1, dtype=torch.long, device=dev)
         at[idx, slot] = torch.arange(len(idx), device=dev)  # [B, 1 + T] variant of each slot
@@ -207,7 +214,21 @@ class Lookahead:
         ended = first_true(sel[last[on]] & (tok[last[on]] == eot_id))  # a committed end-of-text ends it
         left &= torch.arange(left.shape[1], device=dev)[None, :] < ended[:, None]
         preds = [x[last[on]] if x is not None else None for x in (tok, conf, cert, alt_tok, alt_p)]
-        g = self._guess(select, *preds, left, live, eot_id)
+        redraw = None
+        if redraft is not None and hid is not None:
+            lv = last[on]  # [b] the variant each live row continues from
+            done, done_tok = sel[lv], tok[lv]  # [b, n] this call's own commit
+
+            def redraw(ptok: torch.Tensor, ppath: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                """The drafter's predictions [b, n] with guesses ``ptok`` at ``ppath`` [b, n]."""
+                assert redraft is not None and hid is not None
+                new = ppath | done  # [b, n] everything since the call the hidden states are from
+                rcan, rfix = vcan[lv], vfix[lv].clone()  # [b, N] (indexing copies)
+                rcan[:, blk] = torch.where(ppath, ptok, torch.where(done, done_tok, rcan[:, blk]))
+                rfix[:, blk] |= new
+                return redraft(idx[lv], rcan, rfix, hid[lv], new)
+
+        g = self._guess(select, *preds, left, live, eot_id, redraw)
         if nxt is not None:  # each live row's look at the next block, from the variant it continues from
             # rows not live in this call keep the look their last call took
             prev = guess.ahead or tuple(None if x is None else x.new_zeros((B, x.shape[1])) for x in later)
@@ -242,18 +263,31 @@ class Lookahead:
         left: torch.Tensor,  # [b, n] still to decide
         live: torch.Tensor,  # [B]
         eot_id: int,
+        redraw: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]] | None = None,
     ) -> Guess:
-        """The rule run ``depth`` times on frozen predictions, as a chain or a tree (docstring)."""
+        """The rule run ``depth`` times on frozen predictions, as a chain or a tree (docstring); with
+        ``redraw`` (the drafter, given the guessed tokens and where) on predictions re-drafted
+        before each set, each position keeping those of the set it was guessed in."""
         b, n = tok.shape
         dev, pos = tok.device, torch.arange(n, device=tok.device)
         sets = torch.zeros((b, self.depth, n), dtype=torch.bool, device=dev)  # [b, D, n] the main path
+        chain = [tok, conf, cert, alt_tok, alt_p]  # each position's prediction in the set it joins
+        path = torch.zeros_like(left)  # [b, n] guessed so far
         for d in range(self.depth):
+            if redraw is not None:
+                tok, conf, cert, alt_tok, alt_p = redraw(chain[0], path)
             s = select(tok, cert, left)  # [b, n]
             if not bool(s.any()):
                 sets = sets[:, :d]
                 break
             sets[:, d] = s
+            path |= s
+            chain = [
+                None if c is None else torch.where(s, x, c)
+                for c, x in zip(chain, (tok, conf, cert, alt_tok, alt_p))
+            ]
             left = left & ~s & (pos[None, :] <= first_true(s & (tok == eot_id))[:, None])
+        tok, conf, cert, alt_tok, alt_p = chain
         D = sets.shape[1]
         if D == 0:  # nothing left to guess in any row
             return Guess.none(live.shape[0], n, dev)

@@ -89,6 +89,7 @@ from model.cache import CachePolicy, ContextCache
 from model.transformer import Transformer
 
 if TYPE_CHECKING:  # model/lookahead.py builds on this module's helpers
+    from model.drafter import Drafter
     from model.lookahead import Guess, Lookahead
 
 
@@ -367,6 +368,7 @@ def denoise(
     draft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     canvas_lens: torch.Tensor | None = None,  # [B] each row's canvas, at most canvas_len (default: all)
     lookahead: Lookahead | None = None,  # verify guessed future steps of ``rule`` (model/lookahead.py)
+    drafter: Drafter | None = None,  # lookahead's guesses re-predicted after each guess (model/drafter.py)
 ) -> SampleResult:
     """Decode ``canvas_len`` tokens after each row's context (``canvas_lens[b]`` for row b).
 
@@ -397,26 +399,22 @@ def denoise(
     bias[[mask_id, *(suppress_ids or [])]] = float("-inf")
     if lookahead is not None:
         lookahead.check(rule, temperature)
+    if drafter is not None and lookahead is None:
+        raise ValueError("a drafter only re-predicts lookahead's guesses: it needs lookahead")
 
-    def predict(
-        idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, st: object = None, span: slice | None = None
-    ) -> tuple:
-        """Token, confidence, the rule's certainty, and for a lookahead tree the runner-up token and
-        its probability (else None) [R, n] at the active block (or ``span``) of canvases ``can``,
-        ``fix`` [R, N], row r a state of batch row ``idx[r]``; ``st``: the cache state of those rows
-        (None: cut here)."""
-        st = cache.rows(state, idx) if st is None else st
-        sp = blk if span is None else span
-        act = ~fix[:, sp]  # [R, n]
+    def penalty_of(idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor) -> torch.Tensor:
+        """[R, V] what each canvas's logits lose: the suppressed ids, and the presence penalty."""
         penalty = -bias.expand(len(idx), V)
         if presence_penalty:
             seen = torch.zeros((len(idx), V), device=dev)
             seen.scatter_(1, torch.where(fix, can, eot_id), 1.0)  # tokens already committed
             seen[:, eot_id] = 0.0
             penalty = penalty + seen * presence_penalty
-        drafts = None if draft is None else _drafts(draft, idx, can, fix, canvas, fixed)
-        # only still-masked positions are projected onto the vocabulary: [M, V], M = act.sum()
-        logits = cache.logits(model, st, can, sp, drafts, act)
+        return penalty
+
+    def read(logits: torch.Tensor, act: torch.Tensor, penalty: torch.Tensor) -> tuple:
+        """Token, confidence, certainty, runner-up token and its probability (None unless lookahead
+        needs them) [R, n] from the logits [M, V] of the positions ``act`` [R, n] marks."""
         pen = penalty[act.nonzero()[:, 0]]  # [M, V] each position's row's penalty
         # [M, 1] each
         tok_m, conf_m, margin_m = choose_tokens(
@@ -436,6 +434,34 @@ def denoise(
             alt_p = back(torch.exp(two_l[:, 1] - torch.logsumexp(lf, dim=-1)).to(conf.dtype), 0.0)
         return tok, conf, cert, alt_tok, alt_p
 
+    def predict(
+        idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, st: object = None, span: slice | None = None
+    ) -> tuple:
+        """``read``'s five [R, n] at the active block (or ``span``) of canvases ``can``, ``fix``
+        [R, N], row r a state of batch row ``idx[r]``, and for lookahead's drafter the block's final
+        hidden states [R, n, dim] (else None); ``st``: the cache state of those rows (None: cut here)."""
+        st = cache.rows(state, idx) if st is None else st
+        sp = blk if span is None else span
+        act = ~fix[:, sp]  # [R, n]
+        drafts = None if draft is None else _drafts(draft, idx, can, fix, canvas, fixed)
+        # only still-masked positions are projected onto the vocabulary: [M, V], M = act.sum()
+        if drafter is None:
+            logits, hid = cache.logits(model, st, can, sp, drafts, act), None
+        else:
+            logits, hid = cache.logits(model, st, can, sp, drafts, act, hidden=True)
+        return (*read(logits, act, penalty_of(idx, can, fix)), hid)
+
+    def redraft(
+        idx: torch.Tensor, can: torch.Tensor, fix: torch.Tensor, hid: torch.Tensor, new: torch.Tensor
+    ):
+        """``read``'s five [R, n] at the active block of ``can``, ``fix`` [R, N] as the drafter
+        predicts them from a call's hidden states ``hid`` [R, n, dim] and the tokens committed or
+        guessed since, ``new`` [R, n] (model/drafter.py)."""
+        assert drafter is not None
+        act = ~fix[:, blk]  # [R, n]
+        x = drafter(hid, model.embed(can[:, blk]), new)  # [R, n, dim]
+        return read(model.logits(x[act]), act, penalty_of(idx, can, fix))
+
     def select(tok: torch.Tensor, cert: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         return rule.select(informative(tok, cert, act, eot_id), act, None, 0, tok)
 
@@ -454,7 +480,9 @@ def denoise(
                 cancelled = True
                 break
             if lookahead is not None:
-                plan, guess, R = lookahead.step(predict, select, canvas, fixed, blk, guess, eot_id, nxt)
+                plan, guess, R = lookahead.step(
+                    predict, select, canvas, fixed, blk, guess, eot_id, nxt, redraft if drafter else None
+                )
                 row_steps += R
             else:
                 # a row with nothing masked in this block commits nothing: compute the others alone
@@ -468,7 +496,7 @@ def denoise(
                     sub, sub_rows = cache.rows(sub, torch.searchsorted(sub_rows, rows)), rows
                 idx = torch.arange(B, device=dev) if rows is None else rows
                 row_steps += len(idx)
-                tok_b, conf_b, cert_b, _, _ = predict(idx, canvas[idx], fixed[idx], sub)  # [b, n] each
+                tok_b, conf_b, cert_b, _, _, _ = predict(idx, canvas[idx], fixed[idx], sub)  # [b, n] each
                 # back to [B, n]: rows left out have nothing active
                 tok = torch.full_like(active, eot_id, dtype=tok_b.dtype).index_copy_(0, idx, tok_b)
                 conf = torch.zeros_like(active, dtype=conf_b.dtype).index_copy_(0, idx, conf_b)

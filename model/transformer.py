@@ -229,7 +229,8 @@ class Transformer(nn.Module):
         logits_index: tuple[torch.Tensor, torch.Tensor] | None = None,  # (rows, cols) to project
         canvas_pos: torch.Tensor | None = None,  # [B]; None: the canvas continues after the context
         draft: torch.Tensor | None = None,  # [B, L] region token per position, -1 = none
-    ) -> torch.Tensor:
+        return_hidden: bool = False,  # also the final hidden states [B, L, dim] (model/drafter.py)
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         B, L = ids.shape
         self._check_len(L)
         pos = torch.arange(L, device=ids.device).expand(B, L)
@@ -249,10 +250,11 @@ class Transformer(nn.Module):
         x = self._embed(ids, draft)
         for layer in self.layers:
             x, _, _ = layer(x, cos, sin, mask)
+        hidden = x
         if logits_index is not None:
             x = x[logits_index]  # [N, dim]
             draft = None if draft is None else draft[logits_index]  # [N]
-        return self.logits(x, draft)
+        return (self.logits(x, draft), hidden) if return_hidden else self.logits(x, draft)
 
     # ---- inference: cached context + canvas steps --------------------------------------------
     @torch.no_grad()
@@ -288,11 +290,13 @@ class Transformer(nn.Module):
         only: slice | None = None,
         draft: torch.Tensor | None = None,
         want: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits [B, N, V] for the canvas [B, N] given a cached context; ``only`` keeps the positions
         being decoded (the vocabulary projection of the others would be thrown away); draft [B, N]
         (-1 = none) for ``canvas_draft`` models. ``want`` [B, n] (bool, over ``only``'s positions)
-        projects just those: logits [M, V] for its M True entries in row-major order."""
+        projects just those: logits [M, V] for its M True entries in row-major order. ``hidden``:
+        also the final hidden states [B, n, dim] of ``only``'s positions (model/drafter.py)."""
         B, N = canvas.shape
         self._check_len(int(cache.lengths.max()) + N)
         # canvas positions start at each row's canvas_pos (by default right after its real context)
@@ -310,6 +314,7 @@ class Transformer(nn.Module):
             x, _, _ = layer(x, cos, sin, mask, past=(k, v), kv_lens=kv_lens)
         if only is not None:
             x, draft = x[:, only], None if draft is None else draft[:, only]
+        block = x
         if want is not None:  # [M, dim]: the still-masked positions, a fraction after the first steps
             x, draft = x[want], None if draft is None else draft[want]
-        return self.logits(x, draft)
+        return (self.logits(x, draft), block) if hidden else self.logits(x, draft)

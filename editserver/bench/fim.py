@@ -103,6 +103,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "this share of its first's probability (default: the effort's; 1: its first only)",
     )
     p.add_argument(
+        "--lookahead-draft",
+        action="store_true",
+        help="with --lookahead: re-predict the block with the checkpoint's drafter after each guess",
+    )
+    p.add_argument(
         "--fim-window",
         type=int,
         default=None,
@@ -177,6 +182,7 @@ def evaluate(
     lookahead_agree: bool | None = None,
     lookahead_nodes: int | None = None,
     lookahead_accept: float | None = None,
+    lookahead_draft: bool | None = None,
 ) -> dict:
     from tqdm import tqdm
 
@@ -201,6 +207,7 @@ def evaluate(
                     lookahead_agree=lookahead_agree,
                     lookahead_nodes=lookahead_nodes,
                     lookahead_accept=lookahead_accept,
+                    lookahead_draft=lookahead_draft,
                 ),
             )
         )
@@ -285,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
         lookahead_agree=args.lookahead_agree or None,
         lookahead_nodes=args.lookahead_nodes,
         lookahead_accept=args.lookahead_accept,
+        lookahead_draft=args.lookahead_draft or None,
     )
     try:
         result = evaluate(engine, tasks, label="parallel", **measured, **kw)
@@ -315,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
             "lookahead_agree": args.lookahead_agree,
             "lookahead_nodes": args.lookahead_nodes,
             "lookahead_accept": args.lookahead_accept,
+            "lookahead_draft": args.lookahead_draft,
             "block_size": args.block_size or engine.inference.efforts[effort].block_for(edit=False),
             "line_steps": (
                 args.line_steps
