@@ -10,8 +10,11 @@ Design decisions:
   data, so any Python code serves; the benchmark's tasks are never used.
 - Examples: calls t and t + g of one decode (g uniform in 0..``max_gap``; g = 0 keeps the identity
   in view). The drafter reads call t's hidden states and the tokens committed in between, and is
-  trained with cross-entropy toward call t + g's argmax at the positions still masked there, up to
-  the first predicted end-of-text (past it every position is end-of-text and teaches nothing).
+  trained with cross-entropy toward call t + g's whole distribution (recomputed from its stored
+  hidden states) at the positions still masked there, up to the first predicted end-of-text (past
+  it every position is end-of-text and teaches nothing). The whole distribution, not the argmax:
+  a rule picks its sets by the probabilities, so a drafter trained on argmax tokens alone guessed
+  overconfident sets (README, session 43).
 - Held-out check (``agreement``): from each call, whether the guess for the position the decode
   commits g calls later is the token it commits there, for the frozen predictions and the
   drafter, and the mean run of right guesses from each call (what a lookahead chain gets).
@@ -29,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from model.api import Engine, FimRequest
 from model.data import read_text
@@ -182,8 +184,12 @@ def train(
         )
         with torch.autocast(dev.split(":")[0], dtype=torch.bfloat16):
             logits = _drafted_logits(drafter, engine, data, t, t2, where)
-        logits[:, _suppressed(engine)] = float("-inf")
-        loss = F.cross_entropy(logits, target[where].to(dev))
+            with torch.no_grad():  # the later call's whole distribution, from its hidden states
+                soft = m.logits(data.hidden[t2].to(dev, torch.float32)[where.to(dev)]).float()
+        suppressed = _suppressed(engine)
+        logits[:, suppressed] = float("-inf")
+        soft[:, suppressed] = float("-inf")
+        loss = -(soft.softmax(-1) * logits.log_softmax(-1).clamp_min(-1e4)).sum(-1).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()

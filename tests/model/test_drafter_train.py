@@ -56,10 +56,17 @@ def test_a_trained_drafter_fits_the_models_later_calls(tiny_checkpoint, tmp_path
     # states and tokens line up
     assert abs(before["run_drafter"] - before["run_frozen"]) < 0.05
     assert set(before["by_gap"]) <= set(range(1, 7)) and before["by_gap"][1]["n"] > 0
-    # a random model's logits are nearly flat and its output norm bounds how sharp they get, so
-    # the loss falls to that floor rather than to 0
+    # the identity already fits a random model's later calls (they barely change), so training
+    # starts from a scrambled drafter and has to find its way back
+    with torch.no_grad():
+        d.block.attn.wo.weight.normal_(std=0.5)
+        d.block.ffn.w_down.weight.normal_(std=0.5)
+    scrambled = agreement(d, eng, data)
     losses = train(d, eng, data, 60, random.Random(1), batch=16, lr=3e-3)
-    assert sum(losses[-10:]) / 10 < 0.9 * losses[0]
+    after = agreement(d, eng, data)
+    assert sum(losses[-10:]) / 10 < losses[0]
+    # runs of right guesses (up to 6 from each call): none scrambled, most of the frozen run after
+    assert scrambled["run_drafter"] < 0.5 < 3.0 < after["run_drafter"]
 
 
 def test_the_cli_writes_a_drafter_the_engine_uses(tiny_checkpoint, tmp_path) -> None:
