@@ -266,7 +266,11 @@ class Engine:
         when asked for without lookahead or of a checkpoint that has none."""
         preset = self.inference.efforts[self.resolve_effort(o.effort)]
         # an effort's drafter goes with its lookahead: a request that turns lookahead off drops it too
-        asked = o.lookahead_draft if o.lookahead_draft is not None else preset.lookahead_draft and lookahead
+        asked = (
+            o.lookahead_draft
+            if o.lookahead_draft is not None
+            else preset.lookahead_draft and lookahead is not None
+        )
         if not asked:
             return None
         if lookahead is None:
@@ -380,7 +384,7 @@ class Engine:
             temperature=o.temperature,
             top_p=o.top_p,
             presence_penalty=o.presence_penalty,
-            suppress_ids=self._suppressed(),
+            suppress_ids=self.suppressed_ids(),
             generator=gen,
             record=o.record_canvases,
             on_step=on_step,
@@ -433,7 +437,7 @@ class Engine:
             out.append(c)
         return out
 
-    def _suppressed(self) -> list[int]:
+    def suppressed_ids(self) -> list[int]:
         """Layout tags the sampler never proposes (every special token but end-of-text)."""
         return [i for i in self.tok.special_ids.values() if i != self.tok.eot_id]
 
@@ -464,7 +468,7 @@ class Engine:
             logits_index=(which.to(self.device), torch.tensor(scored_at, device=self.device)),
         ).float()  # [T, V]; only these positions are projected, as training does
         # over the tokens the sampler may propose: never the mask or a layout tag (denoise)
-        scored[:, [mask, *self._suppressed()]] = float("-inf")
+        scored[:, [mask, *self.suppressed_ids()]] = float("-inf")
         return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
 
     def _done_hook(self, stops: list[list[str]], groups: list[list[int]]):

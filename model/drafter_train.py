@@ -86,7 +86,7 @@ def collect(
     m, tk, dev = engine.model, engine.tok, engine.device
     V, N = m.cfg.vocab_size, 32
     bias = torch.zeros(V, device=dev)
-    bias[[tk.mask_id, *(i for i in tk.special_ids.values() if i != tk.eot_id)]] = float("-inf")
+    bias[_suppressed(engine)] = float("-inf")
     newline = torch.tensor(["\n" in tk.decode([i]) for i in range(V)], device=dev)  # [V]
     parts: dict[str, list[torch.Tensor]] = {
         k: [] for k in ("hidden", "tokens", "conf", "canvas", "fixed", "decode")
@@ -142,8 +142,8 @@ def _drafted_logits(
 
 
 def _suppressed(engine: Engine) -> list[int]:
-    tk = engine.tok
-    return [tk.mask_id, *(i for i in tk.special_ids.values() if i != tk.eot_id)]
+    """Ids the sampler never proposes: the mask and the layout tags."""
+    return [engine.tok.mask_id, *engine.suppressed_ids()]
 
 
 def train(
@@ -162,6 +162,7 @@ def train(
     for p in m.parameters():
         p.requires_grad_(False)
     decodes = data.calls()
+    suppressed = _suppressed(engine)
     opt = torch.optim.AdamW(drafter.parameters(), lr=lr, weight_decay=0.0)
     drafter.train()
     losses = []
@@ -186,7 +187,6 @@ def train(
             logits = _drafted_logits(drafter, engine, data, t, t2, where)
             with torch.no_grad():  # the later call's whole distribution, from its hidden states
                 soft = m.logits(data.hidden[t2].to(dev, torch.float32)[where.to(dev)]).float()
-        suppressed = _suppressed(engine)
         logits[:, suppressed] = float("-inf")
         soft[:, suppressed] = float("-inf")
         loss = -(soft.softmax(-1) * logits.log_softmax(-1).clamp_min(-1e4)).sum(-1).mean()
@@ -195,7 +195,7 @@ def train(
         opt.step()
         losses.append(float(loss.detach()))
         if log is not None:
-            log(s, float(loss))
+            log(s, losses[-1])
     drafter.eval()
     return losses
 

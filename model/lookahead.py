@@ -223,7 +223,7 @@ class Lookahead:
                 """The drafter's predictions [b, n] with guesses ``ptok`` at ``ppath`` [b, n]."""
                 assert redraft is not None and hid is not None
                 new = ppath | done  # [b, n] everything since the call the hidden states are from
-                rcan, rfix = vcan[lv], vfix[lv].clone()  # [b, N] (indexing copies)
+                rcan, rfix = vcan[lv], vfix[lv]  # [b, N] copies (index with a tensor)
                 rcan[:, blk] = torch.where(ppath, ptok, torch.where(done, done_tok, rcan[:, blk]))
                 rfix[:, blk] |= new
                 return redraft(idx[lv], rcan, rfix, hid[lv], new)
