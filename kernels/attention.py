@@ -37,6 +37,9 @@ import triton
 import triton.language as tl
 
 from kernels._common import INTERPRET, check_tensors, next_pow2, sm_count
+from kernels.reference import attention_reference
+
+__all__ = ["attention", "attention_reference"]
 
 
 @triton.jit
@@ -383,35 +386,3 @@ def attention(
             BLOCK_S=max(2, next_pow2(num_splits)),
         )
     return out
-
-
-def attention_reference(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k2: torch.Tensor | None = None,
-    v2: torch.Tensor | None = None,
-    kv_lens: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """The same contract in explicit fp32 math (scores, softmax, weighted sum): the tests' oracle."""
-    B, H, Lq, D = q.shape
-    La = k.shape[2]
-    if k2 is not None:
-        k, v = torch.cat([k, k2], dim=2), torch.cat([v, v2], dim=2)  # [B, Hkv, Lk, D]
-    Lk, G = k.shape[2], H // k.shape[1]
-    kf = k.float().repeat_interleave(G, dim=1)  # [B, H, Lk, D]
-    vf = v.float().repeat_interleave(G, dim=1)
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
-    scores = (q.float() @ kf.transpose(-1, -2)) * scale  # [B, H, Lq, Lk]
-    keep = torch.ones((B, 1, 1, Lk), dtype=torch.bool, device=q.device)
-    if kv_lens is not None:
-        j = torch.arange(Lk, device=q.device)
-        keep = ((j[None, :] < kv_lens.to(q.device)[:, None]) | (j[None, :] >= La))[:, None, None, :]
-    if mask is not None:
-        keep = keep & mask
-    scores = scores.masked_fill(~keep, float("-inf"))
-    any_key = keep.expand_as(scores).any(-1, keepdim=True)  # rows with no key give 0, not NaN
-    p = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
-    return (p @ vf).to(q.dtype)

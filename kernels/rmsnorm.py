@@ -16,6 +16,9 @@ import triton
 import triton.language as tl
 
 from kernels._common import check_tensors, next_pow2
+from kernels.reference import rmsnorm_reference
+
+__all__ = ["rmsnorm", "rmsnorm_reference"]
 
 
 @triton.jit
@@ -94,14 +97,3 @@ def rmsnorm(
             num_warps=min(8, max(1, BLOCK // 256)),
         )
     return (y, s) if residual is not None else y
-
-
-def rmsnorm_reference(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    if residual is not None:
-        s = x + residual
-        return rmsnorm_reference(s, weight, eps), s
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * weight.float()).to(x.dtype)

@@ -17,6 +17,9 @@ import triton
 import triton.language as tl
 
 from kernels._common import check_tensors, next_pow2
+from kernels.reference import rotary_reference
+
+__all__ = ["rotary", "rotary_reference"]
 
 
 @triton.jit
@@ -112,17 +115,3 @@ def rotary(
             num_warps=4,
         )
     return q, k
-
-
-def rotary_reference(
-    q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Out-of-place PyTorch form: returns rotated copies of q and k."""
-
-    def rot(x: torch.Tensor) -> torch.Tensor:
-        d2 = x.shape[-1] // 2
-        x1, x2 = x[..., :d2].float(), x[..., d2:].float()
-        c, s = cos[:, :, None, :], sin[:, :, None, :]
-        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
-
-    return rot(q), (rot(k) if k is not None else None)

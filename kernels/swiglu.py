@@ -10,11 +10,13 @@ Design decisions:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 from kernels._common import check_tensors
+from kernels.reference import swiglu_reference
+
+__all__ = ["swiglu", "swiglu_reference"]
 
 
 @triton.jit
@@ -38,7 +40,3 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     if n:
         _swiglu_kernel[(triton.cdiv(n, BLOCK),)](g, u, out, n, BLOCK=BLOCK, num_warps=4)
     return out
-
-
-def swiglu_reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    return F.silu(gate) * up

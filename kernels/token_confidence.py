@@ -15,7 +15,7 @@ Design decisions:
   z = logits / T and g ~ Gumbel(0, 1) from Triton's counter-based Philox generator (seeded per call,
   offset by row and column, so results do not depend on the launch grid); its probability is
   exp(z_token - max) / normaliser. Top-p (nucleus) sampling needs the sorted distribution and is not
-  done here: callers fall back to PyTorch's sort-based form (``model/ops.py`` does).
+  done here: callers fall back to PyTorch's sort-based form (``model/infer/ops.py`` does).
 - Ties choose the lowest index, as ``torch.max`` does.
 """
 
@@ -26,6 +26,9 @@ import triton
 import triton.language as tl
 
 from kernels._common import check_tensors, next_pow2
+from kernels.reference import token_confidence_reference
+
+__all__ = ["token_confidence", "token_confidence_reference"]
 
 
 @triton.jit
@@ -158,40 +161,3 @@ def token_confidence(
         )
     out_margin = margin.view(lead) if margin is not None else None
     return tok.view(lead), prob.view(lead), out_margin
-
-
-def token_confidence_reference(
-    logits: torch.Tensor,
-    penalty: torch.Tensor | None = None,
-    temperature: float = 0.0,
-    want_margin: bool = False,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Same contract in PyTorch; sampling draws with ``torch.multinomial`` (same distribution, other
-    random stream than the kernel's Philox, so sampled tokens agree in law, not draw by draw)."""
-    lf = logits.float()
-    if penalty is not None:
-        lf = lf - (penalty[:, None, :] if logits.dim() > 2 else penalty)
-    if temperature > 0:
-        lf = lf / temperature
-    lse = torch.logsumexp(lf, dim=-1)
-    if temperature > 0:
-        if generator is None and seed is not None:
-            generator = torch.Generator(device=logits.device).manual_seed(seed)
-        probs = torch.softmax(lf, dim=-1)
-        flat = probs.reshape(-1, probs.shape[-1])
-        tok = torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
-        prob = probs.gather(-1, tok[..., None]).squeeze(-1)
-    else:
-        top, tok = lf.max(dim=-1)
-        prob = torch.exp(top - lse)
-    margin = None
-    if want_margin:
-        two = (
-            lf.topk(2, dim=-1).values
-            if lf.shape[-1] > 1
-            else torch.cat([lf, torch.full_like(lf, -torch.inf)], -1)
-        )
-        margin = torch.exp(two[..., 0] - lse) - torch.exp(two[..., 1] - lse)
-    return tok, prob, margin

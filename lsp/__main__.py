@@ -1,7 +1,7 @@
-"""``python -m lsp``: the same as ``editserver lsp``."""
+"""``python -m lsp``: the language server (what ``editserver lsp`` runs)."""
 
 import sys
 
-from editserver.commands.lsp import main
+from lsp.cli import main
 
 sys.exit(main())

@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from model.prompt import parse_edit_response
+from protocol.prompt import parse_edit_response
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Design decisions:
 - An event is a (before, after) pair of whole-document snapshots, so it renders exactly as the
-  ``model.prompt.unified_diff`` the model was trained on, and consecutive events chain (one event's
+  ``protocol.prompt.unified_diff`` the model was trained on, and consecutive events chain (one event's
   ``after`` is the next one's ``before``).
 - Coalescing follows Zed: a change joins the newest event when it is in the same document, within
   ``coalesce_s`` (1 s) of that event's last change and within ``coalesce_lines`` (3) lines of the lines
@@ -10,7 +10,7 @@ Design decisions:
   elsewhere (or a pause) starts the next one.
 - Bounded per workspace (``max_events``, newest last); events whose net effect is nothing (typed then
   deleted) are dropped when rendered.
-- The clock is injectable so tests (and the replay of recorded sessions) are deterministic.
+- The clock is injectable so tests (and the replay of recorded edit histories) are deterministic.
 - Recently viewed snippets: a small LRU of (file, code near where the user was) updated when files
   are opened and whenever a request names a position, excluding the current file at prompt time.
 """
@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from model.prompt import Snippet, unified_diff
+from protocol.prompt import Snippet, unified_diff
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -5,7 +5,7 @@ Design decisions:
   the file (lsp/context.py): occurrences of identifiers the latest edits removed (the old name of a
   rename) and call sites of the function whose definition header was just edited (a dependent
   change). All prompts go to ``/v1/edit/completions`` concurrently, so the server can batch them.
-- Each prompt is Inception's layout (``model.prompt.build_prompt``): recently viewed snippets
+- Each prompt is Inception's layout (``protocol.prompt.build_prompt``): recently viewed snippets
   (including definitions from other open files), the current file clipped to ``context_lines`` around
   the region, the region with ``<|cursor|>`` (at the cursor, or at the occurrence for candidates) and
   the coalesced edit history as unified diffs.
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from lsp.client import READY, EditAnswer, ModelClient
 from lsp.context import ParsedDocument, Region, candidate_regions, definitions_for, node_name, snap_region
 from lsp.documents import Document
-from model.prompt import CURSOR, EditPrompt, Snippet, build_prompt
+from protocol.prompt import CURSOR, EditPrompt, Snippet, build_prompt
 
 if TYPE_CHECKING:
     from lsp.server import EditLanguageServer

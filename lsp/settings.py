@@ -50,8 +50,8 @@ class Settings:
     fim_max_tokens: int = 64  # canvas of a multi-line request (stop at a blank-line run)
     # canvas of a single-line request (stop at the newline): training pads an answer with 1-49
     # end-of-text, so the canvas length is a length prior. All 1,033 HumanEval single lines, shipped
-    # model: pass@1 10.9% at 24, 10.3% at 32, 9.8% at 48, 6.9% at 64 (docs/model-history.md, session 13); 32, not
-    # 24, because 4.5% of real lines (Click) are longer than 23 tokens and 0.3% longer than 31
+    # model: pass@1 10.9% at 24, 10.3% at 32, 9.8% at 48, 6.9% at 64 (2026-11-25, `editserver bench fim
+    # --limit 1033 --max-tokens N`, docs/experiments.md); 32, not 24, because 4.5% of real lines (Click) are longer than 23 tokens and 0.3% longer than 31
     fim_line_max_tokens: int = 32
     fim_prefix_chars: int = 6000
     fim_suffix_chars: int = 2000

@@ -1,5 +1,8 @@
-"""The diffusion edit model: tokenizer, transformer, masked-diffusion training and the sampler.
+"""The diffusion edit model.
 
-Importing this package is cheap: torch is loaded only by the submodules that need it, so pure
-helpers (``model.prompt``) can be used by the LSP server without loading the model.
+- ``model.infer``: what serving needs (weights, tokenizer, transformers of each family, the decode
+  plan and the one denoising loop, ``Engine``).
+- ``model.train``: corpora, the masked-diffusion loss, the training loop, alignment.
+
+Importing this package is cheap: torch is loaded only by the submodules that need it.
 """

@@ -13,7 +13,8 @@ Design decisions:
 - Single-line suites keep the first line of the infill (what the LSP shows for a mid-file cursor);
   ``--keep-lines`` turns that off. They also ask with ``stop: ["\\n"]``, as the LSP's single-line
   requests do, so decoding ends at the line's end and the latency and tokens per step are the ones
-  an editor sees (``--no-stop`` decodes the whole canvas and cuts afterwards, the pre-session-12 way).
+  an editor sees (``--no-stop`` decodes the whole canvas and cuts afterwards, as
+  this benchmark once did).
 """
 
 from __future__ import annotations
@@ -35,10 +36,21 @@ from editserver.replay.metrics import percentile
 L2R_CE_MAX_TOKENS = 64  # canvases up to this long also get the left-to-right cross-entropy
 
 
+DEFAULT_SUITE = Path("../shared/data/fim/humaneval-singleline-infilling.jsonl.gz")
+SUITE_HELP = (
+    "pass --suite FILE: a HumanEval infilling suite as .jsonl.gz (task_id, prompt, suffix, "
+    "canonical_solution, test, entry_point per line), e.g. HumanEval-SingleLineInfilling.jsonl.gz "
+    "from OpenAI's human-eval-infilling release, gzipped"
+)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fim", help="HumanEval infilling: pass@1, exact match, latency, tokens/step")
     p.add_argument(
-        "--suite", type=Path, default=Path("../shared/data/fim/humaneval-singleline-infilling.jsonl.gz")
+        "--suite",
+        type=Path,
+        default=DEFAULT_SUITE,
+        help="HumanEval infilling suite (.jsonl.gz; default: %(default)s, where this project's data lives)",
     )
     p.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: shipped)")
     p.add_argument("--limit", type=int, default=None, help="first N tasks (after a seeded shuffle)")
@@ -76,36 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["confident", "left"],
         default=None,
         help="decode the measured run one token per step too: the most confident (the baseline's "
-        "rule) or the leftmost position; with --lookahead, that rule's answers in fewer steps",
-    )
-    p.add_argument(
-        "--lookahead",
-        type=int,
-        default=None,
-        help="guessed steps verified per model call in the measured run (default: the effort's; 0: off)",
-    )
-    p.add_argument(
-        "--lookahead-nodes",
-        type=int,
-        default=None,
-        help="guesses per row and call; more than --lookahead: a tree of runner-up tokens",
-    )
-    p.add_argument(
-        "--lookahead-agree",
-        action="store_true",
-        help="accept a guessed step whenever the model predicts its tokens (model/lookahead.py)",
-    )
-    p.add_argument(
-        "--lookahead-accept",
-        type=float,
-        default=None,
-        help="with --lookahead-agree: also accept a guessed token the model ranks second at no less than "
-        "this share of its first's probability (default: the effort's; 1: its first only)",
-    )
-    p.add_argument(
-        "--lookahead-draft",
-        action="store_true",
-        help="with --lookahead: re-predict the block with the checkpoint's drafter after each guess",
+        "rule) or the leftmost position",
     )
     p.add_argument(
         "--fim-window",
@@ -178,15 +161,10 @@ def evaluate(
     line_steps: int | None = None,
     stop: list[str] | None = None,
     left_to_right: bool = False,
-    lookahead: int | None = None,
-    lookahead_agree: bool | None = None,
-    lookahead_nodes: int | None = None,
-    lookahead_accept: float | None = None,
-    lookahead_draft: bool | None = None,
 ) -> dict:
     from tqdm import tqdm
 
-    from model.api import FimRequest, SamplingOptions
+    from model.infer.engine import FimRequest, SamplingOptions
 
     outs, lat, toks, steps, rows = [], [], 0, 0, 0
     engine.complete(FimRequest("def f():\n    return ", "\n", max_tokens=8))  # warm-up
@@ -203,11 +181,6 @@ def evaluate(
                     line_steps=line_steps,
                     stop=list(stop or []),
                     left_to_right=left_to_right,
-                    lookahead=lookahead,
-                    lookahead_agree=lookahead_agree,
-                    lookahead_nodes=lookahead_nodes,
-                    lookahead_accept=lookahead_accept,
-                    lookahead_draft=lookahead_draft,
                 ),
             )
         )
@@ -239,10 +212,10 @@ def evaluate(
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from model.api import Engine, FimRequest
+    from model.infer.engine import Engine, FimRequest
 
     if not args.suite.is_file():
-        print(f"suite not found: {args.suite} (the HumanEval infilling files live in ../shared/data/fim)")
+        print(f"suite not found: {args.suite}; {SUITE_HELP}")
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -266,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     t0 = time.time()
     # decoding-independent, so measured once: how likely the model finds each canonical infill, from
-    # a fully masked canvas and written left to right (model/api.py Engine.middle_ce). Left to right
+    # a fully masked canvas and written left to right (model/infer/engine.py Engine.middle_ce). Left to right
     # runs one full row per answer token, so its cost grows with the square of the canvas: a 128-token
     # multi-line canvas would take a minute a task on two cores; such suites report it as null.
     l2r = max_tokens <= L2R_CE_MAX_TOKENS
@@ -288,19 +261,14 @@ def run(args: argparse.Namespace) -> int:
     measured = dict(
         sequential=args.one_token is not None,
         left_to_right=args.one_token == "left",
-        lookahead=args.lookahead,
-        lookahead_agree=args.lookahead_agree or None,
-        lookahead_nodes=args.lookahead_nodes,
-        lookahead_accept=args.lookahead_accept,
-        lookahead_draft=args.lookahead_draft or None,
     )
     try:
         result = evaluate(engine, tasks, label="parallel", **measured, **kw)
-    except ValueError as e:  # options lookahead cannot verify: say so, not a traceback
+    except ValueError as e:  # options the engine cannot plan: say so, not a traceback
         print(e)
         return 2
     if not args.no_sequential:
-        result["sequential"] = evaluate(engine, tasks, sequential=True, label="sequential", lookahead=0, **kw)
+        result["sequential"] = evaluate(engine, tasks, sequential=True, label="sequential", **kw)
         seq = result["sequential"]
         result["speedup_p50"] = seq["latency_ms"]["p50"] / max(1e-9, result["latency_ms"]["p50"])
         result["pass_at_1_cost"] = seq["pass_at_1"] - result["pass_at_1"]
@@ -319,11 +287,6 @@ def run(args: argparse.Namespace) -> int:
             "margin": engine.inference.efforts[effort].margin,  # the joint rule reads p1 - p2
             "one_copy": engine.inference.efforts[effort].one_copy,  # adjacent same tokens: the surer
             "one_token": args.one_token,  # the measured run's rule, when one token per step
-            "lookahead": args.lookahead,
-            "lookahead_agree": args.lookahead_agree,
-            "lookahead_nodes": args.lookahead_nodes,
-            "lookahead_accept": args.lookahead_accept,
-            "lookahead_draft": args.lookahead_draft,
             "block_size": args.block_size or engine.inference.efforts[effort].block_for(edit=False),
             "line_steps": (
                 args.line_steps

@@ -2,7 +2,7 @@
 
 The first next edit users expect after renaming an identifier is the same rename at its other uses.
 This benchmark asks exactly that, on files the model never trained on: synthetic renames
-(``model.synth.rename_example``, the generator of the training rows, seeded) made in the files of
+(``model.train.synth.rename_example``, the generator of the training rows, seeded) made in the files of
 the held-out repositories of ``../shared/data/edits``, one example per file.
 
 Design decisions:
@@ -13,7 +13,7 @@ Design decisions:
   some other character differs); *changed* (the model answered something other than the region);
   shown (the score clears the checkpoint's selectivity threshold); latency p50/p95; tokens/step.
 - Next to the model, the draft alone (``draft_exact``): the region with the history's renames
-  applied (model/draft.py), the input a ``canvas_draft`` model starts from. What the model adds is
+  applied (model/infer/draft.py), the input a ``canvas_draft`` model starts from. What the model adds is
   the difference (it must keep strings, comments and other objects' attributes).
 - Regions longer than ``--max-region-chars`` are skipped: the LSP asks about small regions (1-8
   lines) around other occurrences.
@@ -47,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def examples(edits: Path, limit: int, seed: int, max_chars: int) -> list[tuple]:
     """(prompt, answer, old name, new name) from held-out files, one per (repo, path)."""
-    from model.data import edit_record_files, iter_records
-    from model.synth import rename_example
+    from model.train.data import edit_record_files, iter_records
+    from model.train.synth import rename_example
 
     recs = list(iter_records(edit_record_files(edits, held_out=True)))
     rng = random.Random(seed)
@@ -88,9 +88,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from model.api import EditRequest, Engine, SamplingOptions
-    from model.draft import apply_renames, history_renames
-    from model.prompt import build_prompt
+    from model.infer.draft import apply_renames, history_renames
+    from model.infer.engine import EditRequest, Engine, SamplingOptions
+    from protocol.prompt import build_prompt
 
     if not args.edits.is_dir():
         print(f"edit records not found: {args.edits} (they live in ../shared/data/edits)")

@@ -2,7 +2,7 @@
 side by side in one process: eager vs ``torch.compile``, fp32 vs bf16 autocast.
 
 Design decisions:
-- A step is what ``model.train`` runs: masked-diffusion loss (model/diffusion.py), backward, gradient
+- A step is what ``model.train`` runs: masked-diffusion loss (model/train/diffusion.py), backward, gradient
   clipping and AdamW, on rows shaped like the corpus's (a context of a random length, then the
   canvas), with the preset's shape and the draft input.
 - Every variant starts from the same weights and sees the same batches. Steps are interleaved (one
@@ -71,10 +71,10 @@ def _rows(batch: int, seq_len: int, vocab: int, rounds: int, seed: int):
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from model.config import PRESETS, ModelConfig
-    from model.diffusion import diffusion_loss
-    from model.train import autocast
-    from model.transformer import Transformer
+    from model.infer.config import PRESETS, ModelConfig
+    from model.infer.transformer import Transformer
+    from model.train.diffusion import diffusion_loss
+    from model.train.loop import autocast
 
     try:
         variants = _parse(args.variants, VARIANTS, "variants")

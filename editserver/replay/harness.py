@@ -1,13 +1,13 @@
 """The replay from settings to result: points, suggester, tuning phase, evaluation phase, outputs.
 
 Design decisions:
-- ``ReplayConfig`` is the one typed view of the command line (editserver/commands/replay.py parses
+- ``ReplayConfig`` is the one typed view of the command line (editserver/cli/replay.py parses
   into it); tests build it directly and may pass their own suggester.
 - The threshold in force, in order: ``--threshold`` (with ``--aggregate``), else the one tuned in
   this run on the ``tune`` inputs, else the source's own (the checkpoint's config in-process; the
   server's per-suggestion decision over HTTP). The FIM threshold likewise (``--fim-threshold``,
   tuned, the source's own), on the aggregate in force for edits: a checkpoint has one aggregate.
-- Tuning compares every aggregate the source can score (all of ``model.scoring`` in-process) on the
+- Tuning compares every aggregate the source can score (all of ``model.infer.scoring`` in-process) on the
   training repositories and keeps the (aggregate, threshold) with the best utility; with
   ``write_config`` it is written into the checkpoint (``update_inference_config``), which is where the
   server reads it to suppress weak suggestions. Evaluation inputs never influence the choice.
@@ -101,7 +101,7 @@ def file_digest(path: Path) -> str:
 
 def make_suggester(cfg: ReplayConfig) -> Suggester:
     if cfg.in_process or (cfg.server_url is None and cfg.model is not None):
-        from model.api import Engine
+        from model.infer.engine import Engine
 
         return EngineSuggester(
             Engine.load(cfg.model, device=cfg.device), cfg.effort, cfg.points.seed, cfg.batch_size
@@ -132,7 +132,7 @@ def collect(cfg: ReplayConfig, stats: Counter):
 
 
 def _aggregates(rows: list[dict], s: Suggester) -> list[str]:
-    """The aggregates the rows were scored with (all of model.scoring in-process), else the source's."""
+    """The aggregates the rows were scored with (all of model.infer.scoring in-process), else the source's."""
     names = sorted({k for r in rows for k in (r.get("scores") or {})})
     return names or [s.score_aggregate or "server"]
 
@@ -168,8 +168,8 @@ def tune_fim(rows: list[dict], aggregate: str | None, s: Suggester) -> dict:
 
 def write_thresholds(model_dir: str | Path, tuning: dict) -> None:
     """What this run tuned, into the checkpoint's ``config.json`` (``inference``)."""
-    from model.checkpoint import update_inference_config
-    from model.scoring import AGGREGATES
+    from model.infer.checkpoint import update_inference_config
+    from model.infer.scoring import AGGREGATES
 
     changes = {}
     if "chosen" in tuning:

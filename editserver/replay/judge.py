@@ -3,7 +3,7 @@
 Design decisions:
 - A next-edit suggestion is the model's rewrite of the editable region; applying it means replacing
   the region's lines. It is **not shown** when it equals the region (the model proposes nothing),
-  moves only its layout (model/scoring.py ``layout_only``: the server reports it unchanged), or
+  moves only its layout (model/infer/scoring.py ``layout_only``: the server reports it unchanged), or
   is blank (the client shows nothing); the caller also marks suppressed and failed ones not shown.
 - It is **accepted** when the file it produces equals the file with one (or several) of the
   commit's remaining hunks applied, compared line by line after whitespace normalisation (runs of
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from editserver.replay.points import EditPoint
-from model.scoring import layout_only
+from model.infer.scoring import layout_only
 
 _TOKEN = re.compile(r"[A-Za-z_$][\w$]*|\d[\w.]*|\S")
 MAX_LCS_TOKENS = 600  # longer changes are truncated before the quadratic LCS

@@ -9,7 +9,7 @@ Design decisions:
   replayed callee first, then each caller.
 - Hunk coordinates stay in the ``before`` file; ``FileState`` maps them to the current file as hunks
   are applied in any order (a hunk is shifted by the line delta of every applied hunk above it).
-- The edit history is one ``model.prompt.unified_diff`` per applied hunk, oldest first, exactly the
+- The edit history is one ``protocol.prompt.unified_diff`` per applied hunk, oldest first, exactly the
   entries the LSP server sends; the prompt keeps the last ``history`` of them (training keeps 3).
 - The position asked about is the caret after the last edit: the end of the last line that hunk
   wrote (the start of the line for a pure deletion). The editable region is ``region_lines`` lines
@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from model.prompt import EditPrompt, build_prompt, unified_diff
+from protocol.prompt import EditPrompt, build_prompt, unified_diff
 
 _IDENT = re.compile(r"[A-Za-z_$][\w$]*")
 _CALL = re.compile(r"([A-Za-z_$][\w$]*)\s*(?:\(|!\(|::<)")

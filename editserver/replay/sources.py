@@ -6,7 +6,7 @@ Design decisions:
   (round robin with an equal quota of points each), so a small budget still covers every
   repository. A file is read twice (index, then the chosen lines): memory stays small however many
   files are named.
-- A repository is mined through ``model.gitmine.mine_repo`` (range, last N, or seeded sample of
+- A repository is mined through ``model.train.gitmine.mine_repo`` (range, last N, or seeded sample of
   commits); its skip reasons land in the same robustness counter as the replay's own.
 - Both produce ``(edit points, FIM points)`` lists, so the runner knows its total for the progress
   bar before the first request.
@@ -135,7 +135,7 @@ def from_repository(
     rev: str | None,
     sample: int | None,
 ) -> tuple[list[EditPoint], list[FimPoint]]:
-    from model.gitmine import mine_repo
+    from model.train.gitmine import mine_repo
 
     records = mine_repo(path, max_commits=max_commits, rev=rev, sample=sample, seed=opt.seed, stats=stats)
     return _take(records, budget.max_points, budget.max_fim, opt, stats)

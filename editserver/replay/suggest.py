@@ -8,7 +8,7 @@ Design decisions:
   afterwards: in-process that is ``Completion.text``; over HTTP it is the ``editserver.suggestion``
   field the server adds (falling back to the message content, or the FIM text, which is "" when
   the server suppressed it).
-- In-process, every aggregate of ``model.scoring`` is computed from the per-token confidences, so
+- In-process, every aggregate of ``model.infer.scoring`` is computed from the per-token confidences, so
   aggregates can be compared; over HTTP only the server's own score is known. Edits and FIM alike.
 - ``batch_size`` requests are in flight together: in-process they are decoded as one batch (each
   request's latency is then the batch's wall time, what a user waiting on it would see); over HTTP
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from editserver.replay.points import EditPoint, FimPoint
-from model.prompt import parse_edit_response
+from protocol.prompt import parse_edit_response
 
 
 @dataclass
@@ -63,7 +63,7 @@ FIM_MAX_TOKENS = 32  # the LSP's single-line canvas (lsp/settings.py); cut at th
 
 
 class EngineSuggester:
-    """``model.api.Engine`` called directly (``--in-process --model DIR``)."""
+    """``model.infer.engine.Engine`` called directly (``--in-process --model DIR``)."""
 
     def __init__(self, engine, effort: str | None = None, seed: int = 0, batch_size: int = 1):
         self.engine = engine
@@ -77,7 +77,7 @@ class EngineSuggester:
         self.fim_threshold = engine.inference.fim_threshold
 
     def _options(self, stop: list[str] | None = None):
-        from model.api import SamplingOptions
+        from model.infer.engine import SamplingOptions
 
         return SamplingOptions(effort=self.effort, seed=self.seed, stop=stop or [])
 
@@ -97,8 +97,8 @@ class EngineSuggester:
         return out
 
     def edit(self, points: list[EditPoint]) -> list[EditAnswer]:
-        from model.api import EditRequest
-        from model.scoring import AGGREGATES, aggregate
+        from model.infer.engine import EditRequest
+        from model.infer.scoring import AGGREGATES, aggregate
 
         def convert(c, error: str | None = None, dt: float = 0.0) -> EditAnswer:
             if c is None:
@@ -111,8 +111,8 @@ class EngineSuggester:
         return self._run([EditRequest(prompt=p.prompt, options=self._options()) for p in points], convert)
 
     def fim(self, points: list[FimPoint]) -> list[FimAnswer]:
-        from model.api import FimRequest
-        from model.scoring import AGGREGATES, aggregate
+        from model.infer.engine import FimRequest
+        from model.infer.scoring import AGGREGATES, aggregate
 
         def convert(c, error: str | None = None, dt: float = 0.0) -> FimAnswer:
             if c is None:

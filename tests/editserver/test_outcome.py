@@ -1,11 +1,11 @@
-"""What each answer shows (editserver/outcome.py), on engine ``Completion`` values built directly."""
+"""What each answer shows (editserver/server/outcome.py), on engine ``Completion`` values built directly."""
 
 from __future__ import annotations
 
 import pytest
 
-from editserver.outcome import fim_view, view
-from model.api import Completion
+from editserver.server.outcome import fim_view, view
+from model.infer.engine import Completion
 
 
 def completion(text: str, finish: str = "stop", above: bool = True, **kw) -> Completion:

@@ -46,7 +46,7 @@ def test_exact_partial_whitespace_and_wrong_suggestions():
     assert judge_edit(p, "".join(FILE)).label == "unchanged"
     assert judge_edit(p, "".join(FILE).rstrip("\n")).label == "unchanged"  # a fence ate the last newline
     assert judge_edit(p, "  \n").label == "empty"
-    # a rewrite that only moves layout is answered as unchanged (model/scoring.py layout_only)
+    # a rewrite that only moves layout is answered as unchanged (model/infer/scoring.py layout_only)
     assert judge_edit(p, region_with((1, "    x = foo(a)\n\n"))).label == "unchanged"
     assert judge_edit(p, region_with((1, "    x = foo(\na)\n"))).label == "unchanged"
     # nothing left to do: anything proposed is rejected

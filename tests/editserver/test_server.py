@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from editserver.bench.load import LocalServer
-from model.prompt import format_edit_response
+from protocol.prompt import format_edit_response
 
 KEY = "test-key-123"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from editserver.bench.load import LocalServer
-from model.checkpoint import update_inference_config
+from model.infer.checkpoint import update_inference_config
 from tests.editserver.test_server import ZED_PROMPT, sse
 
 BODY = {"model": "mercury-coder", "prompt": "class Point:\n    def __init__(self, x, y):\n", "max_tokens": 16}

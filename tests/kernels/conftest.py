@@ -5,8 +5,8 @@ Design decisions:
   first imported, Triton's own library functions (``tl.zeros``...) are decorated when ``triton`` is
   first imported, and the interpreter reads it again while running (restoring it after the imports
   breaks launches: verified with triton 3.9). So without CUDA this conftest sets it for the rest of
-  the session, before anything imports ``triton``, and imports every op module at once. The choice is
-  frozen in ``kernels._common.INTERPRET``. If something imported Triton earlier in the session, the
+  the test run, before anything imports ``triton``, and imports every op module at once. The choice is
+  frozen in ``kernels._common.INTERPRET``. If something imported Triton earlier in the run, the
   CPU cases fail with a message saying so, and the rest of the suite is not disturbed.
 - Every test takes ``device``: ``"cpu"`` (interpreter; small shapes) and ``"cuda"`` (marked ``gpu``,
   skipped without CUDA; larger shapes too).

@@ -1,4 +1,4 @@
-"""The model through ``model.ops``: the Triton path gives the PyTorch path's logits and tokens (tiny
+"""The model through ``model.infer.ops``: the Triton path gives the PyTorch path's logits and tokens (tiny
 config, interpreter on CPU), and the dispatch itself (override, autograd guard, no Triton on CPU)."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from model import ops
-from model.config import PRESETS, ModelConfig
-from model.sampler import TopKRule, denoise
-from model.transformer import Transformer
+from model.infer import ops
+from model.infer.config import PRESETS, ModelConfig
+from model.infer.rules import TopKRule
+from model.infer.transformer import Transformer
+from tests.helpers import denoise
 from tests.kernels.conftest import assert_close
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +83,7 @@ def test_denoising_gives_the_same_tokens(tiny, device):
 
 
 def test_torch_forms_equal_the_kernel_references():
+    from kernels.attention import attention_reference
     from kernels.rmsnorm import rmsnorm_reference
     from kernels.rotary import rotary_reference
     from kernels.swiglu import swiglu_reference
@@ -104,6 +106,11 @@ def test_torch_forms_equal_the_kernel_references():
         token_confidence_reference(logits, pen, want_margin=True),
     ):
         assert torch.equal(a, b)
+    # attention's PyTorch form is SDPA, not the explicit-math oracle: equal within fp32 rounding
+    qa, ka, va = torch.randn(2, 4, 6, 16), torch.randn(2, 2, 6, 16), torch.randn(2, 2, 6, 16)
+    pk, pv, lens = torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16), torch.tensor([9, 4])
+    got = ops.attention(qa, ka, va, past=(pk, pv), kv_lens=lens)
+    assert_close(got, attention_reference(qa, pk, pv, ka, va, kv_lens=lens), torch.float32)
 
 
 def test_backend_override_is_validated():
@@ -125,14 +132,15 @@ def test_auto_on_cpu_never_imports_triton():
     code = (
         "import sys; sys.modules['triton'] = None\n"  # any `import triton` now fails
         "import torch\n"
-        "from model.config import PRESETS\n"
-        "from model.transformer import Transformer\n"
-        "from model import ops\n"
+        "from model.infer.config import PRESETS\n"
+        "from model.infer.transformer import Transformer\n"
+        "from model.infer import ops\n"
         "m = Transformer(PRESETS['tiny']).eval()\n"
         "c = m.encode_context(torch.randint(0, 100, (2, 9)), torch.tensor([9, 4]))\n"
         "logits = m.forward_canvas(torch.randint(0, 100, (2, 4)), c)\n"
         "tok, p, _ = ops.token_confidence(logits)\n"
-        "assert ops.get_backend() == 'auto' and not any(k.startswith('kernels.') for k in sys.modules)\n"
+        "loaded = {k for k in sys.modules if k.startswith('kernels.')}\n"
+        "assert ops.get_backend() == 'auto' and loaded == {'kernels.reference'}, loaded\n"
         "print('ok', tuple(tok.shape))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

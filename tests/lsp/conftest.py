@@ -3,7 +3,7 @@
 
 Design decisions:
 - The HTTP server runs the tiny random-weight checkpoint for plumbing tests (milliseconds per call)
-  with one torch thread, once per session; the shipped checkpoint is used only by ``slow`` tests.
+  with one torch thread, once per test run; the shipped checkpoint is used only by ``slow`` tests.
 - Each test gets its own LSP process (cheap: ~1 s) so state never leaks between tests; telemetry goes
   to the test's tmp dir.
 - Custom requests come back from pygls as namedtuples; ``plain`` turns them into dicts.
@@ -110,7 +110,7 @@ def shipped_server(shipped_checkpoint, tmp_path_factory):
         yield url
 
 
-class Session:
+class LspConnection:
     """A started LSP with the notifications a test may look at."""
 
     def __init__(self, client: LanguageClient):
@@ -177,13 +177,13 @@ async def lsp_session(
     encodings: list[str] | None = None,
     extra_args: list[str] | None = None,
     wait_ready: bool = True,
-) -> AsyncIterator[Session]:
+) -> AsyncIterator[LspConnection]:
     client = make_test_lsp_client()
-    session = Session(client)
+    conn = LspConnection(client)
 
     @client.feature("editserver/status")
     def _status(params: Any) -> None:
-        session.statuses.append(plain(params))
+        conn.statuses.append(plain(params))
 
     cmd = [sys.executable, "-m", "editserver.cli", "lsp", "--server-url", server_url]
     if not autostart:
@@ -199,11 +199,11 @@ async def lsp_session(
             capabilities=caps, initialization_options=options or {}, root_uri="file:///work"
         )
     )
-    session.init_result = result
+    conn.init_result = result
     try:
         if wait_ready:
-            await session.wait_status("ready")
-        yield session
+            await conn.wait_status("ready")
+        yield conn
     finally:
         await asyncio.wait_for(client.shutdown_session(), 30)
         await client.stop()

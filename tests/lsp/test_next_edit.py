@@ -127,7 +127,7 @@ async def test_next_edit_errors_and_disabled(tiny_server, base_options):
 
 def test_region_prompt_round_trips_through_the_model_parser():
     from lsp.nextedit import build_region_prompt
-    from model.prompt import Snippet, parse_prompt
+    from protocol.prompt import Snippet, parse_prompt
 
     doc = Document(URI, SRC, 3, "python")
     cursor = SRC.index("compute(items, 0.2)")

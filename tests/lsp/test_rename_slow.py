@@ -3,11 +3,11 @@ edit, and see whether the model's edits rename the call sites.
 
 Plumbing (the call sites are asked about, edits are well formed) is asserted; how many call sites the
 model renames is reported as a rate (``record_property`` and stdout) and gated at
-``EDITSERVER_RENAME_MIN_RATE`` (default 0.5; the shipped session-11 checkpoint renames 6 of 6, the
-same in every run, since session 13). The rate swung between 1 and 4 of 6 from run to run while a
+``EDITSERVER_RENAME_MIN_RATE`` (default 0.5; the shipped checkpoints have renamed 6 of 6, the
+same in every run, since 2026-11-25). The rate swung between 1 and 4 of 6 from run to run while a
 batch decoded every row on the longest row's canvas: whether an occurrence was batched with the
 twelve-line cursor region depended on timing, and the longer canvas changed its answer
-(model/sampler.py ``canvas_lens``).
+(model/infer/sampler.py ``canvas_lens``).
 """
 
 from __future__ import annotations

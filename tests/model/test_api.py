@@ -10,10 +10,11 @@ import threading
 import pytest
 import torch
 
-from model.api import EditRequest, Engine, FimRequest, SamplingOptions, line_likelihood
-from model.checkpoint import load_checkpoint
-from model.prompt import EditPrompt, PromptError, build_prompt
-from model.transformer import ContextTooLongError, Transformer
+from model.infer.checkpoint import load_checkpoint
+from model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions, line_likelihood
+from model.infer.transformer import ContextTooLongError, Transformer
+from protocol.prompt import EditPrompt, PromptError, build_prompt
+from tests.helpers import denoise
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +44,17 @@ def test_effort_changes_steps(engine: Engine) -> None:
 
 
 def test_effort_with_gamma_uses_the_joint_rule(engine: Engine) -> None:
-    from model.config import EffortPreset
-    from model.sampler import JointRule, ThresholdRule
+    from model.infer.config import EffortPreset
+    from model.infer.rules import JointRule, ThresholdRule
 
     efforts = {**engine.inference.efforts, "low": EffortPreset(threshold=0.9, block_size=32, gamma=1e6)}
     eng = copy.copy(engine)  # the module's engine keeps its own presets
     eng.inference = dataclasses.replace(engine.inference, efforts=efforts)
-    assert eng._rule(SamplingOptions(effort="low"), edit=False) == (JointRule(1e6, 0.9), 32)
+    plan = eng.plan(FimRequest("x", options=SamplingOptions(effort="low")))
+    assert (plan.rule, plan.block_size) == (JointRule(1e6, 0.9), 32)
     # a request's own threshold still means the threshold rule
-    assert eng._rule(SamplingOptions(effort="low", threshold=0.5), edit=False) == (ThresholdRule(0.5), 32)
+    plan = eng.plan(FimRequest("x", options=SamplingOptions(effort="low", threshold=0.5)))
+    assert (plan.rule, plan.block_size) == (ThresholdRule(0.5), 32)
     # a bound this loose commits the whole canvas in one step, as threshold 0 does
     req = FimRequest("x = ", "", max_tokens=16, options=SamplingOptions(effort="low"))
     assert eng.complete(req).steps == 1
@@ -60,14 +63,14 @@ def test_effort_with_gamma_uses_the_joint_rule(engine: Engine) -> None:
 def test_fim_block_size_applies_to_fim_requests_only(engine: Engine) -> None:
     """An effort's ``fim_block_size`` is FIM's block; next edits keep ``block_size``; a request's
     own block size overrides both."""
-    from model.config import EffortPreset, InferenceConfig
+    from model.infer.config import EffortPreset, InferenceConfig
 
     low = EffortPreset(threshold=0.9, block_size=32, gamma=0.1, fim_block_size=8)
     eng = copy.copy(engine)
     eng.inference = dataclasses.replace(engine.inference, efforts={**engine.inference.efforts, "low": low})
-    assert eng._rule(SamplingOptions(effort="low"), edit=False)[1] == 8
-    assert eng._rule(SamplingOptions(effort="low"), edit=True)[1] == 32
-    assert eng._rule(SamplingOptions(effort="low", block_size=4), edit=False)[1] == 4
+    assert eng.plan(FimRequest("x", options=SamplingOptions(effort="low"))).block_size == 8
+    assert eng.plan(EditRequest("", options=SamplingOptions(effort="low"))).block_size == 32
+    assert eng.plan(FimRequest("x", options=SamplingOptions(effort="low", block_size=4))).block_size == 4
     # decoded in blocks of 8, an answer is the one an explicit block size of 8 gives
     opts = dict(effort="low", temperature=0.0)
     got = eng.complete(
@@ -89,7 +92,7 @@ def test_fim_block_size_applies_to_fim_requests_only(engine: Engine) -> None:
 def test_line_steps_budget_single_line_fim_requests_only(engine: Engine) -> None:
     """An effort's ``line_steps`` caps each block of a single-line FIM request (stops hold a
     newline); a multi-line request, a request's own 0 and the one-token baseline keep no budget."""
-    from model.config import EffortPreset, InferenceConfig
+    from model.infer.config import EffortPreset, InferenceConfig
 
     slow = EffortPreset(threshold=1.01, block_size=32, line_steps=2)  # one token a step, 2 steps
     eng = copy.copy(engine)
@@ -106,14 +109,14 @@ def test_line_steps_budget_single_line_fim_requests_only(engine: Engine) -> None
     assert run(["\n"], line_steps=0).steps == free.steps
     assert run(["\n"], line_steps=5).steps <= 5
     assert run(["\n"], sequential=True).steps == run(["\n"], sequential=True, line_steps=0).steps > 2
-    # a batch holding both decodes each as it would alone
-    both = eng.complete_batch(
-        [
-            FimRequest("def f(x):\n    return ", "\n", 24, SamplingOptions(effort="low", stop=s))
-            for s in (["\n"], [])
-        ]
-    )
-    assert [c.text for c in both] == [line.text, free.text]
+    # they plan apart, so they never share a batch
+    with pytest.raises(ValueError, match="one decode plan"):
+        eng.complete_batch(
+            [
+                FimRequest("def f(x):\n    return ", "\n", 24, SamplingOptions(effort="low", stop=s))
+                for s in (["\n"], [])
+            ]
+        )
     with pytest.raises(ValueError, match="line_steps"):
         run(["\n"], line_steps=-1)
     assert InferenceConfig.from_dict(eng.inference.to_dict()).efforts["low"] == slow
@@ -122,7 +125,7 @@ def test_line_steps_budget_single_line_fim_requests_only(engine: Engine) -> None
 
 
 def test_next_edits_default_to_the_edit_effort(engine: Engine) -> None:
-    from model.config import EffortPreset, InferenceConfig
+    from model.infer.config import EffortPreset, InferenceConfig
 
     eng = copy.copy(engine)
     efforts = {**engine.inference.efforts, "instant": EffortPreset(threshold=0.0, block_size=4096)}
@@ -140,7 +143,7 @@ def test_next_edits_default_to_the_edit_effort(engine: Engine) -> None:
 
 
 def test_a_stability_threshold_needs_the_joint_rule_and_a_probability() -> None:
-    from model.config import InferenceConfig
+    from model.infer.config import InferenceConfig
 
     low = {"threshold": 0.9, "block_size": 32, "gamma": 0.15, "stable": 0.3}
     cfg = InferenceConfig.from_dict({"efforts": {"low": low}, "default_effort": "low"})
@@ -152,15 +155,16 @@ def test_a_stability_threshold_needs_the_joint_rule_and_a_probability() -> None:
 
 
 def test_one_copy_is_for_fim_and_needs_the_joint_rule(engine: Engine) -> None:
-    from model.config import EffortPreset, InferenceConfig
-    from model.sampler import JointRule
+    from model.infer.config import EffortPreset, InferenceConfig
+    from model.infer.rules import JointRule
 
     low = EffortPreset(threshold=0.9, block_size=32, gamma=0.1, one_copy=True)
     eng = copy.copy(engine)
     eng.inference = dataclasses.replace(engine.inference, efforts={**engine.inference.efforts, "low": low})
-    assert eng._rule(SamplingOptions(effort="low"), edit=False)[0] == JointRule(0.1, 0.9, one_copy=True)
+    o = SamplingOptions(effort="low")
+    assert eng.plan(FimRequest("x", options=o)).rule == JointRule(0.1, 0.9, one_copy=True)
     # a rewrite copies real doubles (blank lines, brackets) from its draft: next edits never use it
-    assert eng._rule(SamplingOptions(effort="low"), edit=True)[0] == JointRule(0.1, 0.9)
+    assert eng.plan(EditRequest("", options=o)).rule == JointRule(0.1, 0.9)
     d = {"efforts": {"low": dataclasses.asdict(low)}, "default_effort": "low"}
     assert InferenceConfig.from_dict(InferenceConfig.from_dict(d).to_dict()).efforts["low"] == low
     with pytest.raises(ValueError, match="one_copy needs a gamma"):
@@ -267,10 +271,10 @@ def test_diffusing_drafts_and_cancel(engine: Engine) -> None:
             "x = ",
             "",
             max_tokens=16,
-            options=SamplingOptions(sequential=True, record_canvases=True, on_step=drafts.append),
+            options=SamplingOptions(sequential=True, on_step=drafts.append),
         )
     )
-    assert len(drafts) == c.steps == len(c.canvases)
+    assert len(drafts) == c.steps and drafts[-1] == c.text
     ev = threading.Event()
     seen: list[str] = []
 
@@ -321,7 +325,7 @@ def test_batch_of_unequal_canvases_matches_single(shipped_checkpoint) -> None:
 def test_single_line_request_also_tries_shorter_canvases(shipped_checkpoint) -> None:
     """With ``line_canvases`` a one-line request gets whichever of its own canvas and the shorter
     ones the model finds likelier, from one batch, exactly as decoding each alone would give. The
-    prompts and the 8-token short canvas were picked (for the session-22 model) so that each way
+    prompts and the 8-token short canvas were picked (for the model shipped on 2026-11-27) so that each way
     wins at least once with a different line."""
     engine = Engine.load(shipped_checkpoint)
     with_short = dataclasses.replace(engine.inference, line_canvases=(8,))
@@ -350,7 +354,7 @@ def test_single_line_request_also_tries_shorter_canvases(shipped_checkpoint) -> 
 def test_score_counts_the_decision_to_stop() -> None:
     import torch
 
-    from model.sampler import SampleResult
+    from model.infer.sampler import SampleResult
 
     res = SampleResult(
         tokens=torch.tensor([[0, 0, 0]]),
@@ -391,7 +395,7 @@ def test_stop_ends_decoding_early_with_the_same_text(engine: Engine) -> None:
 
 
 def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
-    from model.prompt import fim_window
+    from protocol.prompt import fim_window
 
     assert fim_window(500, 500, 100) == (75, 25)  # long prefix: the suffix keeps a quarter
     assert fim_window(50, 500, 100) == (50, 50)  # short prefix: the suffix takes the rest
@@ -399,7 +403,8 @@ def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
     eng = Engine.load(tiny_checkpoint)
     eng.inference.window_tokens = 40
     prefix, suffix = "".join(f"x{i} = {i}\n" for i in range(200)), "y = 1\n" * 50
-    ctx = eng.fim_context(FimRequest(prefix, suffix), canvas=8)
+    ctx, dropped = eng.fim_context(FimRequest(prefix, suffix), canvas=8)
+    assert dropped == len(eng.tok.encode(prefix)) + len(eng.tok.encode(suffix)) + 3 - len(ctx)
     t = eng.tok
     assert len(ctx) <= 40 - 8 and ctx[0] == t.fim_prefix_id and ctx[-1] == t.fim_middle_id
     pre = ctx[1 : ctx.index(t.fim_suffix_id)]
@@ -411,31 +416,33 @@ def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
 
 
 def test_edit_prompts_are_cut_to_the_training_window(tiny_checkpoint) -> None:
-    from model.prompt import EditPrompt, build_prompt, unified_diff
+    from protocol.prompt import EditPrompt, build_prompt, unified_diff
 
     eng = Engine.load(tiny_checkpoint)
     above = "".join(f"a{i} = {i}\n" for i in range(300))
     hist = unified_diff("m.py", "x = 1\n", "x = 2\n")
     prompt = build_prompt(EditPrompt("m.py", above, "y = 1\n", 0, "", [], hist))
-    full, _, _ = eng._edit_context(EditRequest(prompt))
+    full, _, _, none = eng._edit_context(EditRequest(prompt))
     eng.inference.window_tokens = 200
-    cut, parsed, canvas = eng._edit_context(EditRequest(prompt))
+    cut, parsed, canvas, dropped = eng._edit_context(EditRequest(prompt))
     assert len(full) > 200 >= len(cut) + canvas
+    assert none == 0 and dropped == len(full) - len(cut)  # the completion reports what the cut left out
+    assert eng.complete(EditRequest(prompt)).dropped_tokens == dropped
     assert cut[-1] == eng.tok.rewrite_id and "y = 1" in eng.tok.decode(cut)
     assert parsed.region == "y = 1\n"
     assert eng.complete(EditRequest(prompt)).finish_reason in ("stop", "length")
 
 
 def test_edit_canvas_at_region_matches_the_uncached_model(tiny_checkpoint) -> None:
-    from model.cache import NoCache
-    from model.prompt import EDIT_OPEN, EditPrompt, build_prompt, edit_canvas_pos
-    from model.sampler import TopKRule, denoise
+    from model.infer.cache import NoCache
+    from model.infer.rules import TopKRule
+    from protocol.prompt import EDIT_OPEN, EditPrompt, build_prompt, edit_canvas_pos
 
     eng = Engine.load(tiny_checkpoint)
     eng.inference.edit_canvas_at_region = True
     prompt = build_prompt(EditPrompt("m.py", "x = 1\n", "y = x\n", 0, "", [], ""))
     got = eng.complete(EditRequest(prompt, options=SamplingOptions(sequential=True)))
-    ctx, _, n = eng._edit_context(EditRequest(prompt))
+    ctx, _, n, _ = eng._edit_context(EditRequest(prompt))
     pos = edit_canvas_pos(ctx, eng.tok.rewrite_id, eng.tok.special_ids[EDIT_OPEN])
     assert pos < len(ctx) - 3, "the canvas starts back at the region"
     ids = torch.tensor([ctx])
@@ -451,9 +458,9 @@ def test_edit_canvas_at_region_matches_the_uncached_model(tiny_checkpoint) -> No
 def test_a_draft_model_gets_the_region_as_its_edit_canvas_draft(tiny_checkpoint) -> None:
     """The engine hands a ``canvas_draft`` model the region's tokens (prompt.edit_draft): with a
     large copy bonus, a tiny random model's rewrite is the draft; FIM requests get no draft."""
-    from model.config import ModelConfig
-    from model.prompt import EditPrompt, build_prompt
-    from model.transformer import Transformer
+    from model.infer.config import ModelConfig
+    from model.infer.transformer import Transformer
+    from protocol.prompt import EditPrompt, build_prompt
 
     eng = Engine.load(tiny_checkpoint)
     base = eng.model
@@ -482,7 +489,7 @@ def with_inference(tiny_checkpoint, tmp_path, **changes) -> Engine:
     """An engine on a copy of the tiny checkpoint whose config.json carries ``changes``."""
     import shutil
 
-    from model.checkpoint import update_inference_config
+    from model.infer.checkpoint import update_inference_config
 
     ck = tmp_path / "ck"
     shutil.copytree(tiny_checkpoint, ck, dirs_exist_ok=True)
@@ -495,7 +502,7 @@ def test_fim_threshold_decides_above_threshold_and_leaves_edits_alone(tiny_check
     assert base.inference.fim_threshold == 0.0
     c = base.complete(FimRequest(*FIM_REQ, max_tokens=16))
     assert c.text.strip() and c.score < 1.0 and c.above_threshold
-    from model.scoring import aggregate
+    from model.infer.scoring import aggregate
 
     assert aggregate(c.scored_confidences, base.inference.score_aggregate) == c.score
     edit = base.complete(EditRequest(EDIT_PROMPT))
@@ -526,8 +533,8 @@ def test_old_config_without_fim_threshold_loads_with_zero(tiny_checkpoint, tmp_p
     import json
     import shutil
 
-    from model.checkpoint import load_checkpoint
-    from model.config import InferenceConfig
+    from model.infer.checkpoint import load_checkpoint
+    from model.infer.config import InferenceConfig
 
     assert InferenceConfig.from_dict({}).fim_threshold == 0.0
     assert InferenceConfig.from_dict({"fim_threshold": 0.4}).fim_threshold == 0.4
@@ -544,8 +551,8 @@ def test_line_canvases_load_from_json_and_reject_nonsense(tiny_checkpoint, tmp_p
     import json
     import shutil
 
-    from model.checkpoint import load_checkpoint
-    from model.config import InferenceConfig
+    from model.infer.checkpoint import load_checkpoint
+    from model.infer.config import InferenceConfig
 
     assert InferenceConfig.from_dict({}).line_canvases == ()
     ck = tmp_path / "ck"

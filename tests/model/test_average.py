@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from model.checkpoint import load_checkpoint, save_checkpoint
-from model.config import ModelConfig
-from model.transformer import Transformer
+from model.infer.checkpoint import load_checkpoint, save_checkpoint
+from model.infer.config import ModelConfig
+from model.infer.transformer import Transformer
 from tests.conftest import train_cli
 
 

@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from model.data import SHARD_SEED_STRIDE, Row, RowStore, build_rows
-from model.tokenizer import train_tokenizer
-from model.train import prepare
+from model.infer.tokenizer import train_tokenizer
+from model.train.data import SHARD_SEED_STRIDE, Row, RowStore, build_rows
+from model.train.loop import prepare
 from tests.conftest import CORPUS
 
 

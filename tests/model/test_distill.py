@@ -1,4 +1,4 @@
-"""Self-distillation (model/distill.py): teacher rows are exactly the engine's one-token-per-step
+"""Self-distillation (model/train/distill.py): teacher rows are exactly the engine's one-token-per-step
 answers in the training layout, and training takes its batches' share from them."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.api import Engine, FimRequest, SamplingOptions
-from model.data import Row, RowBuilder, RowStore
-from model.diffusion import diffusion_loss, mask_batch
-from model.distill import TEACHER_CANVASES, build_distill_store, fim_texts
-from model.train import TrainConfig, _batch, _mixed_batch, train
+from model.infer.engine import Engine, FimRequest, SamplingOptions
+from model.train.data import Row, RowBuilder, RowStore
+from model.train.diffusion import diffusion_loss, mask_batch
+from model.train.distill import TEACHER_CANVASES, build_distill_store, fim_texts
+from model.train.loop import TrainConfig, _batch, _mixed_batch, train
 from tests.conftest import CORPUS, train_cli
 
 
@@ -49,7 +49,7 @@ def test_teacher_rows_are_the_sequential_answers(shipped_engine, tmp_path) -> No
         answer = tok.encode(c.text + (c.stop_sequence or ""))
         for n in TEACHER_CANVASES:
             if len(answer) < n:  # the answer and at least one end-of-text fit the canvas
-                ctx = eng.fim_context(FimRequest(prefix, suffix), n)
+                ctx, _ = eng.fim_context(FimRequest(prefix, suffix), n)
                 want.append((ctx + answer + [tok.eot_id] * (n - len(answer)), len(ctx)))
     got = [(store.ids[i, : store.meta[i, 1]].tolist(), int(store.meta[i, 0])) for i in range(store.n)]
     assert got == want and len(got) >= 8  # most answers fit both canvases: two rows each
@@ -86,8 +86,8 @@ def _tiny_run(tmp_path, tok, distill_rows: list, share: float) -> TrainConfig:
 
 @pytest.mark.parametrize("decision_t_min", [None, 0.3])  # MDLM or decision-weighted teacher rows
 def test_training_learns_the_teacher_rows(tmp_path, decision_t_min: float | None) -> None:
-    from model.checkpoint import load_checkpoint
-    from model.tokenizer import train_tokenizer
+    from model.infer.checkpoint import load_checkpoint
+    from model.infer.tokenizer import train_tokenizer
 
     tok = train_tokenizer(CORPUS, vocab_size=400)
     ctx = [tok.fim_prefix_id, *tok.encode("x = "), tok.fim_suffix_id, tok.fim_middle_id]
@@ -102,8 +102,8 @@ def test_training_learns_the_teacher_rows(tmp_path, decision_t_min: float | None
             loss, _ = diffusion_loss(model, ids, c, lens, tok.mask_id, torch.Generator().manual_seed(0), pos)
         return float(loss)
 
-    from model.config import PRESETS, ModelConfig
-    from model.transformer import Transformer
+    from model.infer.config import PRESETS, ModelConfig
+    from model.infer.transformer import Transformer
 
     torch.manual_seed(0)
     before = loss_of(
@@ -114,7 +114,7 @@ def test_training_learns_the_teacher_rows(tmp_path, decision_t_min: float | None
 
 
 def test_mixed_batches_take_their_share_from_each_store(tmp_path) -> None:
-    from model.tokenizer import train_tokenizer
+    from model.infer.tokenizer import train_tokenizer
 
     tok = train_tokenizer(CORPUS, vocab_size=400)
     ctx = [tok.fim_prefix_id, tok.fim_suffix_id, tok.fim_middle_id]
@@ -127,7 +127,7 @@ def test_mixed_batches_take_their_share_from_each_store(tmp_path) -> None:
 
 
 def test_distill_rows_of_another_length_are_an_error(tmp_path) -> None:
-    from model.tokenizer import train_tokenizer
+    from model.infer.tokenizer import train_tokenizer
 
     tok = train_tokenizer(CORPUS, vocab_size=400)
     cfg = _tiny_run(tmp_path, tok, [Row([1, 2, 3], 1)], share=0.5)
@@ -143,8 +143,8 @@ def test_train_cli_rejects_bad_distill_options(tmp_path, bad: list[str]) -> None
 
 
 def test_certainty_term_is_the_entropy_of_right_predictions_on_teacher_rows() -> None:
-    from model.config import PRESETS, ModelConfig
-    from model.transformer import Transformer
+    from model.infer.config import PRESETS, ModelConfig
+    from model.infer.transformer import Transformer
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 50}))
@@ -197,8 +197,8 @@ def test_decision_rows_score_each_masked_answer_token_and_the_first_end_of_text(
 
 
 def test_decision_loss_is_the_mean_of_each_teacher_rows_mean_decision_ce() -> None:
-    from model.config import PRESETS, ModelConfig
-    from model.transformer import Transformer
+    from model.infer.config import PRESETS, ModelConfig
+    from model.infer.transformer import Transformer
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 50}))

@@ -1,4 +1,4 @@
-"""The line-length ensemble ends a row once it can no longer win its request (model/api.py)."""
+"""The line-length ensemble ends a row once it can no longer win its request (model/infer/engine.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from model.api import Engine, FimRequest, SamplingOptions, line_likelihood
-from model.ensemble import outscored
+from model.infer.engine import Engine, FimRequest, SamplingOptions, line_likelihood
+from model.infer.ensemble import outscored
 
 EOT, M = 0, 9  # end-of-text and a stand-in for an undecided position's token
 

@@ -8,12 +8,12 @@ import random
 import pytest
 import torch
 
-from model.config import PRESETS, ModelConfig
-from model.data import RowBuilder, RowStore
-from model.optim import Optimizer
-from model.tokenizer import train_tokenizer
-from model.train import TrainConfig, _lr, train
-from model.transformer import Transformer
+from model.infer.config import PRESETS, ModelConfig
+from model.infer.tokenizer import train_tokenizer
+from model.infer.transformer import Transformer
+from model.train.data import RowBuilder, RowStore
+from model.train.loop import TrainConfig, _lr, train
+from model.train.optim import Optimizer
 from tests.conftest import CORPUS
 from tests.model.test_training import diffusion_losses
 

@@ -1,4 +1,4 @@
-"""The learning-rate schedule and time-budgeted runs (model/train.py)."""
+"""The learning-rate schedule and time-budgeted runs (model/train/loop.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.data import RowBuilder, RowStore
-from model.tokenizer import train_tokenizer
-from model.train import TrainConfig, _lr, train
+from model.infer.tokenizer import train_tokenizer
+from model.train.data import RowBuilder, RowStore
+from model.train.loop import TrainConfig, _lr, train
 from tests.conftest import CORPUS
 
 
@@ -78,7 +78,7 @@ def test_a_time_budget_stops_saves_and_carries_over_resumes(tmp_path) -> None:
 def test_training_runs_and_resumes_on_cuda(tmp_path) -> None:
     """The GPU recipe's path: masks drawn on the CPU generator, rows and the model on the device, a
     fused optimizer, a resume from a state saved there, bf16 autocast, torch.compile (whose
-    inductor failed on the validation batches' bool mask on torch 2.11, session 16) and a time
+    inductor failed on the validation batches' bool mask on torch 2.11, on an H200 on 2026-11-26) and a time
     budget."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.config import PRESETS, ModelConfig
-from model.transformer import ContextTooLongError, Transformer
+from model.infer.config import PRESETS, ModelConfig
+from model.infer.transformer import ContextTooLongError, Transformer
 
 
 @pytest.fixture(scope="module")

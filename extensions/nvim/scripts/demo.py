@@ -64,9 +64,9 @@ require('editserver').setup({{ server_url = {args.url!r}, autostart = false, tel
 """
     )
     sock = work / "nvim.sock"
-    session = f"editserver-demo-{int(time.time())}"
+    tmux_name = f"editserver-demo-{int(time.time())}"
     cmd = f"cd {work} && {args.nvim} --listen {sock} -u init.lua shapes.py"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "92", "-y", "17", cmd], check=True)
+    subprocess.run(["tmux", "new-session", "-d", "-s", tmux_name, "-x", "92", "-y", "17", cmd], check=True)
     try:
         wait(sock.exists, 30, "the Neovim socket")
         nvim = pynvim.attach("socket", path=str(sock))
@@ -76,7 +76,7 @@ require('editserver').setup({{ server_url = {args.url!r}, autostart = false, tel
         def screen() -> str:
             nvim.command("redraw!")
             return subprocess.run(
-                ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=True
+                ["tmux", "capture-pane", "-p", "-t", tmux_name], capture_output=True, text=True, check=True
             ).stdout
 
         nvim.command("call cursor(1, 10)")
@@ -99,7 +99,7 @@ require('editserver').setup({{ server_url = {args.url!r}, autostart = false, tel
         except (EOFError, OSError):
             pass  # Neovim exits before it answers
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+        subprocess.run(["tmux", "kill-session", "-t", tmux_name], capture_output=True, check=False)
     return 0
 
 

@@ -41,7 +41,7 @@ const SKIP = SERVER_URL ? false : "EDITSERVER_SERVER_URL is not set (tests/exten
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), "editserver-vscode-"));
 const results: Record<string, unknown> = {};
 
-interface Session {
+interface LspProcess {
   proc: ChildProcess;
   conn: MessageConnection;
   statuses: StatusParams[];
@@ -66,7 +66,7 @@ async function waitFor<T>(check: () => T | undefined | false, timeoutMs: number,
 }
 
 /** Start `editserver lsp` the way the extension does and run the initialize handshake. */
-async function startSession(settingsValues: Record<string, unknown>): Promise<{ s: Session; init: any }> {
+async function startSession(settingsValues: Record<string, unknown>): Promise<{ s: LspProcess; init: any }> {
   const settings = readSettings((k) => settingsValues[k]);
   const proc = spawn(exe(), serverArgs(settings, path.join(TMP, "lsp.log")), {
     stdio: ["pipe", "pipe", "pipe"],
@@ -75,7 +75,7 @@ async function startSession(settingsValues: Record<string, unknown>): Promise<{ 
   const stderr: string[] = [];
   proc.stderr!.on("data", (d) => stderr.push(String(d)));
   const conn = createMessageConnection(new StreamMessageReader(proc.stdout!), new StreamMessageWriter(proc.stdin!));
-  const s: Session = { proc, conn, statuses: [], messages: [], stderr };
+  const s: LspProcess = { proc, conn, statuses: [], messages: [], stderr };
   conn.onNotification(STATUS_METHOD, (p: StatusParams) => s.statuses.push(p));
   conn.onNotification("window/showMessage", (p: { type: number; message: string }) => s.messages.push(p));
   conn.onNotification("window/logMessage", () => undefined);
@@ -105,7 +105,7 @@ async function startSession(settingsValues: Record<string, unknown>): Promise<{ 
   return { s, init };
 }
 
-async function stopSession(s: Session): Promise<void> {
+async function stopSession(s: LspProcess): Promise<void> {
   try {
     await s.conn.sendRequest("shutdown");
     await s.conn.sendNotification("exit");
@@ -141,7 +141,7 @@ const TEXT = [
   "",
 ].join("\n");
 
-let session: Session | undefined;
+let lspProc: LspProcess | undefined;
 let init: any;
 
 before(async () => {
@@ -152,13 +152,13 @@ before(async () => {
     debounceMs: 0,
     "telemetry.path": path.join(TMP, "telemetry.sqlite"),
   });
-  session = started.s;
+  lspProc = started.s;
   init = started.init;
   results.telemetryPath = path.join(TMP, "telemetry.sqlite");
 });
 
 after(async () => {
-  if (session) await stopSession(session);
+  if (lspProc) await stopSession(lspProc);
   if (process.env.EDITSERVER_RESULT_FILE) fs.writeFileSync(process.env.EDITSERVER_RESULT_FILE, JSON.stringify(results));
 });
 
@@ -170,7 +170,7 @@ test("initialize: the server offers inline completions and the accept command", 
 });
 
 test("status notifications reach the status bar as 'ready'", { skip: SKIP }, async () => {
-  const s = session!;
+  const s = lspProc!;
   const ready = await waitFor(() => s.statuses.find((p) => p.state === "ready"), 30000, "status ready");
   let model: StatusModel = { enabled: true, client: "running" };
   model = applyStatus(model, ready);
@@ -178,7 +178,7 @@ test("status notifications reach the status bar as 'ready'", { skip: SKIP }, asy
 });
 
 test("inline completion: an item with the accept command; show, partial accept, full accept", { skip: SKIP }, async () => {
-  const s = session!;
+  const s = lspProc!;
   await s.conn.sendNotification("textDocument/didOpen", { textDocument: { uri: URI, languageId: "python", version: 1, text: TEXT } });
   const position = { line: 9, character: "result = area(".length };
   const res: any = await s.conn.sendRequest("textDocument/inlineCompletion", {
@@ -205,7 +205,7 @@ test("inline completion: an item with the accept command; show, partial accept, 
 });
 
 test("next edit after a rename: contract-shaped result; shown then rejected", { skip: SKIP }, async () => {
-  const s = session!;
+  const s = lspProc!;
   const renamed = TEXT.replace("def area(width", "def area(size");
   await s.conn.sendNotification("textDocument/didChange", {
     textDocument: { uri: URI, version: 2 },
@@ -234,7 +234,7 @@ test("next edit after a rename: contract-shaped result; shown then rejected", { 
 });
 
 test("turning suggestions off via didChangeConfiguration", { skip: SKIP }, async () => {
-  const s = session!;
+  const s = lspProc!;
   const off = readSettings((k) => ({ serverUrl: SERVER_URL, autostart: false, enabled: false } as Record<string, unknown>)[k]);
   const seen = s.statuses.length;
   await s.conn.sendNotification("workspace/didChangeConfiguration", toDidChangeConfiguration(off));

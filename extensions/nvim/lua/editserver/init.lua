@@ -11,7 +11,7 @@
 --- - Server state comes from `editserver/status` and is kept for statuslines
 ---   (require('editserver').statusline()); outages are announced by the server itself through
 ---   window/showMessage, once per outage, so the plugin does not add its own popup.
---- - A missing executable is reported once per session with what to do, not per buffer.
+--- - A missing executable is reported once per Neovim run with what to do, not per buffer.
 
 local config = require('editserver.config')
 local util = require('editserver.util')

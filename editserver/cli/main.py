@@ -1,0 +1,47 @@
+"""The ``editserver`` command line: local diffusion-model code suggestions for your editor.
+
+Design decisions:
+- One subcommand per module of this package (``serve``, ``train``, ``replay``,
+  ``bench``), each exposing ``register(subparsers)`` that adds its parser and sets ``func``; heavy
+  imports (torch, uvicorn) happen inside ``func`` so ``editserver --help`` is instant.
+- ``editserver lsp`` replaces this process with ``python -m lsp`` (same arguments, same stdio): the
+  language server sits above the HTTP API, so the server's package never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from editserver import __version__
+
+SUBCOMMANDS = ("serve", "train", "replay", "bench")
+DESCRIPTION = (
+    "Local code suggestions from a diffusion language model: fill-in-the-middle and next-edit "
+    "prediction over an Inception-compatible HTTP API, with a language server for editors."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="editserver", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"editserver {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"editserver.cli.{name}").register(sub)
+    # listed for --help; main() hands it over before argparse sees its arguments
+    sub.add_parser("lsp", help="run the language server over stdio (editors start this; see --help)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["lsp"]:
+        os.execv(sys.executable, [sys.executable, "-m", "lsp", *argv[1:]])
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""``editserver serve``: the local HTTP API (Inception/OpenAI-compatible) on uvicorn.
+
+Design decisions:
+- The model is loaded before the port opens, so "port answers" means "ready" and a bad ``--model``
+  fails at once with a one-line message (exit status 2), not on the first request.
+- Logs are JSON lines on stderr (one per request from the app, plus lifecycle lines); uvicorn's own
+  access log is off because the app writes a richer one. Nothing is sent anywhere.
+- ``--threads`` sets torch's intra-op threads before loading (0 keeps torch's default); on a shared
+  CPU one or two threads keep the machine responsive.
+- The API key may come from ``$EDITSERVER_API_KEY`` so it does not show in the process list.
+- Binding to anything but loopback is allowed but warned about: the server has no TLS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: request lines are already JSON, everything else is wrapped."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage()
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        base = {"ts": ts, "level": record.levelname.lower(), "logger": record.name}
+        if record.name == "editserver.access" and msg.startswith("{"):
+            return json.dumps({**base, **json.loads(msg)}, ensure_ascii=False)
+        base["msg"] = msg
+        if record.exc_info:
+            base["exc"] = self.formatException(record.exc_info)
+        return json.dumps(base, ensure_ascii=False)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve the model over HTTP (Inception Mercury Edit / OpenAI API)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--model", type=Path, default=None, help="checkpoint directory (default: the shipped model)"
+    )
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("EDITSERVER_API_KEY") or None,
+        help="require 'Authorization: Bearer KEY' on /v1/* (default: $EDITSERVER_API_KEY)",
+    )
+    p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (default 64)")
+    p.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default 8)")
+    p.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=None,
+        help="cap on every canvas (default: the engine's limit, 1024)",
+    )
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    p.add_argument(
+        "--fim-threshold",
+        type=float,
+        default=None,
+        help="show FIM completions scoring at least this (0-1; default: the checkpoint's fim_threshold)",
+    )
+    p.add_argument(
+        "--edit-threshold",
+        type=float,
+        default=None,
+        help="show next edits scoring at least this (0-1; default: the checkpoint's selectivity_threshold)",
+    )
+    p.add_argument("--model-name", default="editserver", help="id listed first by /v1/models")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    log = logging.getLogger("editserver.serve")
+    try:
+        from editserver.server.settings import Settings
+
+        settings = Settings(
+            host=args.host,
+            port=args.port,
+            model=args.model,
+            device=args.device,
+            api_key=args.api_key,
+            served_model_name=args.model_name,
+            max_queue=args.max_queue,
+            max_batch=args.max_batch,
+            max_output_tokens=args.max_output_tokens,
+            threads=args.threads,
+            fim_threshold=args.fim_threshold,
+            edit_threshold=args.edit_threshold,
+            log_level=args.log_level,
+        )
+    except ValueError as exc:
+        print(f"editserver serve: {exc}", file=sys.stderr)
+        return 2
+    import torch
+    import uvicorn
+
+    from editserver.server.app import create_app
+    from model.infer.engine import Engine
+
+    if settings.threads > 0:
+        torch.set_num_threads(settings.threads)
+    if settings.device.startswith("cuda") and not torch.cuda.is_available():
+        print("editserver serve: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        engine = Engine.load(settings.model, settings.device)
+    except (FileNotFoundError, OSError, ValueError, KeyError) as exc:
+        print(f"editserver serve: cannot load the model: {exc}", file=sys.stderr)
+        return 2
+    log.info(
+        f"model loaded from {settings.model or 'the shipped checkpoint'} in {time.perf_counter() - t0:.1f}s"
+    )
+    if settings.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning(f"listening on {settings.host}: reachable from other machines, without TLS")
+    app = create_app(settings, engine)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=5,
+    )
+    uvicorn.Server(config).run()
+    return 0

@@ -1,0 +1,1 @@
+"""The HTTP server: app factory, request schemas, scheduler, errors, metrics."""

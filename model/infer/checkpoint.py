@@ -1,0 +1,129 @@
+"""Checkpoints: a directory with ``config.json``, ``model.safetensors`` and ``tokenizer.json``.
+
+Design decisions:
+- safetensors only (no pickle): a checkpoint from anywhere can be loaded without running its code.
+- Weights may be stored in bfloat16 to keep the shipped default under 48 MB; they are cast to the
+  serving dtype on load.
+- ``config.json`` carries the model shape, the inference settings (effort presets, the selectivity
+  threshold the replay harness tuned) and free-form provenance (how it was trained).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from model.infer.config import InferenceConfig, ModelConfig
+from model.infer.tokenizer import Tokenizer
+from model.infer.transformer import Transformer
+
+DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
+
+
+@dataclass
+class Checkpoint:
+    model: Transformer
+    tokenizer: Tokenizer
+    inference: InferenceConfig
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.cfg
+
+
+def save_checkpoint(
+    directory: str | Path,
+    model: Transformer,
+    tokenizer: Tokenizer,
+    inference: InferenceConfig | None = None,
+    meta: dict | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> None:
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(d / "model.safetensors"))
+    tokenizer.save(d / "tokenizer.json")
+    cfg = {
+        "model": model.cfg.to_dict(),
+        "inference": (inference or InferenceConfig()).to_dict(),
+        "meta": meta or {},
+    }
+    (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def check_checkpoint_dir(d: Path) -> None:
+    """Raise FileNotFoundError naming what ``d`` lacks to be a checkpoint directory."""
+    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (d / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{d} is not a checkpoint directory (missing {', '.join(missing)})")
+
+
+def load_checkpoint(
+    directory: str | Path | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> Checkpoint:
+    d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
+    check_checkpoint_dir(d)
+    cfg = json.loads((d / "config.json").read_text())
+    model = Transformer(ModelConfig.from_dict(cfg["model"]))
+    state = load_file(str(d / "model.safetensors"))
+    model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
+    model.to(device=device, dtype=dtype).eval()
+    return Checkpoint(
+        model,
+        Tokenizer.load(d / "tokenizer.json"),
+        InferenceConfig.from_dict(cfg.get("inference", {})),
+        cfg.get("meta", {}),
+    )
+
+
+def update_inference_config(directory: str | Path, **changes) -> None:
+    """Rewrite fields of a checkpoint's inference settings in place (used by the replay harness)."""
+    path = Path(directory) / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.setdefault("inference", {}).update(changes)
+    path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def average_weights(model: Transformer, other: Checkpoint, share: float) -> None:
+    """Set ``model``'s weights to ``share * model + (1 - share) * other``, in fp32, in place.
+
+    Why: a continuation that gains one skill and loses another (a FIM-heavy continuation gained
+    FIM and copied renames less exactly) and the model it started from lie in one basin, so their average keeps much of
+    both (weight averaging, "model soups", Wortsman et al. 2022). Only checkpoints of the same
+    shape and tokenizer can be averaged.
+    """
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"the averaging share must be in [0, 1], got {share}")
+    if other.config.to_dict() != model.cfg.to_dict():
+        raise ValueError("cannot average checkpoints of different model shapes")
+    theirs = other.model.state_dict()
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            v.copy_(share * v.float() + (1.0 - share) * theirs[k].to(v.device, torch.float32))
+
+
+def export_checkpoint(
+    src: str | Path,
+    dst: str | Path,
+    dtype: torch.dtype = torch.bfloat16,
+    average_with: str | Path | None = None,
+    share: float = 0.5,
+    **meta,
+) -> Path:
+    """Copy a checkpoint with weights cast to ``dtype`` (bf16 halves the shipped default's size),
+    optionally averaged with ``average_with``'s weights first (``share`` is ``src``'s weight)."""
+    ck = load_checkpoint(src)
+    if average_with is not None:
+        other = load_checkpoint(average_with)
+        if other.tokenizer.vocab_size != ck.tokenizer.vocab_size:
+            raise ValueError("cannot average checkpoints with different tokenizers")
+        average_weights(ck.model, other, share)
+        meta = {"averaged_with": f"{share:g} of {src}, {1 - share:g} of {average_with}", **meta}
+    save_checkpoint(dst, ck.model, ck.tokenizer, ck.inference, {**ck.meta, **meta}, dtype=dtype)
+    return Path(dst)

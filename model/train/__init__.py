@@ -1,0 +1,1 @@
+"""Training: corpora (synthetic, mined from git, distilled), the masked-diffusion loss, the loop."""

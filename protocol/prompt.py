@@ -1,0 +1,255 @@
+"""Inception's next-edit prompt layout: build it, and parse it back with clear errors.
+
+Design decisions:
+- One module owns the layout, so training (model/train/data.py), the HTTP server (parsing what clients send)
+  and the LSP server (building what it sends) cannot drift apart. Pure Python: no torch import.
+- Parsing is tolerant where clients differ (missing optional sections, CRLF, surrounding whitespace)
+  and strict where the request cannot be served: a missing ``<|code_to_edit|>`` region or more than one
+  ``<|cursor|>`` raises ``PromptError`` naming the problem.
+- Section bodies keep their exact text; the region's text is what the model rewrites, so the newline
+  conventions around tags are fixed here: each tag sits on its own line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+RV_OPEN, RV_CLOSE = "<|recently_viewed_code_snippets|>", "<|/recently_viewed_code_snippets|>"
+SNIP_OPEN, SNIP_CLOSE = "<|recently_viewed_code_snippet|>", "<|/recently_viewed_code_snippet|>"
+CUR_OPEN, CUR_CLOSE = "<|current_file_content|>", "<|/current_file_content|>"
+EDIT_OPEN, EDIT_CLOSE = "<|code_to_edit|>", "<|/code_to_edit|>"
+CURSOR = "<|cursor|>"
+HIST_OPEN, HIST_CLOSE = "<|edit_diff_history|>", "<|/edit_diff_history|>"
+SNIPPET_PATH = "code_snippet_file_path: "
+CURRENT_PATH = "current_file_path: "
+
+
+def fim_window(n_prefix: int, n_suffix: int, budget: int) -> tuple[int, int]:
+    """FIM context within ``budget`` tokens: how many prefix tokens (those nearest the cursor) and
+    suffix tokens (likewise) to keep. The suffix gets what the prefix leaves, and at least a quarter.
+    Training (model/train/data.py) and inference (model/infer/engine.py) both cut with this, so they agree."""
+    n_suf = min(n_suffix, max(budget // 4, budget - n_prefix))
+    n_pre = min(n_prefix, budget - n_suf)
+    return max(0, n_pre), max(0, n_suf)
+
+
+class PromptError(ValueError):
+    """A next-edit prompt that cannot be served; the message names the problem."""
+
+
+@dataclass
+class Snippet:
+    path: str
+    code: str
+
+
+@dataclass
+class EditPrompt:
+    file_path: str
+    above: str  # file text before the editable region (ends with a newline or is empty)
+    region: str  # editable region *without* the cursor tag
+    cursor: int  # character offset of the cursor inside ``region``
+    below: str  # file text after the region
+    snippets: list[Snippet] = field(default_factory=list)
+    history: str = ""  # unified diffs, oldest first
+
+    @property
+    def region_with_cursor(self) -> str:
+        return self.region[: self.cursor] + CURSOR + self.region[self.cursor :]
+
+
+def _block(text: str) -> str:
+    """A section body on its own lines: empty stays empty, otherwise ends with exactly one newline."""
+    if not text:
+        return ""
+    return text if text.endswith("\n") else text + "\n"
+
+
+def build_prompt(p: EditPrompt) -> str:
+    parts = [RV_OPEN + "\n"]
+    for s in p.snippets:
+        parts.append(f"{SNIP_OPEN}\n{SNIPPET_PATH}{s.path}\n{_block(s.code)}{SNIP_CLOSE}\n")
+    parts.append(RV_CLOSE + "\n\n")
+    parts.append(f"{CUR_OPEN}\n{CURRENT_PATH}{p.file_path}\n{_block(p.above)}")
+    parts.append(f"{EDIT_OPEN}\n{_block(p.region_with_cursor)}{EDIT_CLOSE}\n{_block(p.below)}{CUR_CLOSE}\n\n")
+    parts.append(f"{HIST_OPEN}\n{_block(p.history)}{HIST_CLOSE}")
+    return "".join(parts)
+
+
+def _between(text: str, open_tag: str, close_tag: str, *, required: bool) -> str | None:
+    start = text.find(open_tag)
+    if start < 0:
+        if required:
+            raise PromptError(f"prompt is missing the {open_tag} section")
+        return None
+    if text.find(open_tag, start + 1) >= 0:
+        raise PromptError(f"prompt has more than one {open_tag} tag")
+    end = text.find(close_tag, start)
+    if end < 0:
+        raise PromptError(f"prompt has {open_tag} without its closing {close_tag}")
+    return text[start + len(open_tag) : end]
+
+
+def strip_one_newline(s: str) -> str:
+    return s[1:] if s.startswith("\n") else s
+
+
+def parse_prompt(text: str) -> EditPrompt:
+    if not isinstance(text, str) or not text.strip():
+        raise PromptError("prompt is empty")
+    text = text.replace("\r\n", "\n")
+    current = _between(text, CUR_OPEN, CUR_CLOSE, required=False)
+    body = current if current is not None else text
+    if EDIT_OPEN not in body:
+        raise PromptError(f"prompt is missing the {EDIT_OPEN} region")
+    n_cursors = body.count(CURSOR)
+    if n_cursors > 1:
+        raise PromptError(f"prompt has {n_cursors} {CURSOR} tags; exactly one is allowed")
+    body = strip_one_newline(body)
+    file_path = ""
+    if body.startswith(CURRENT_PATH):
+        line_end = body.find("\n")
+        line_end = len(body) if line_end < 0 else line_end
+        file_path = body[len(CURRENT_PATH) : line_end].strip()
+        body = body[line_end + 1 :]
+    region_raw = _between(body, EDIT_OPEN, EDIT_CLOSE, required=True)
+    assert region_raw is not None
+    above = body[: body.find(EDIT_OPEN)]
+    below = strip_one_newline(body[body.find(EDIT_CLOSE) + len(EDIT_CLOSE) :])
+    region_raw = strip_one_newline(region_raw)
+    if CURSOR in region_raw:
+        cursor = region_raw.find(CURSOR)
+        region = region_raw.replace(CURSOR, "", 1)
+    elif n_cursors == 1:
+        raise PromptError(f"the {CURSOR} tag must lie inside the {EDIT_OPEN} region")
+    else:
+        cursor, region = 0, region_raw
+    snippets = []
+    rv = _between(text, RV_OPEN, RV_CLOSE, required=False) or ""
+    for chunk in rv.split(SNIP_OPEN)[1:]:
+        end = chunk.find(SNIP_CLOSE)
+        if end < 0:
+            raise PromptError(f"{SNIP_OPEN} without its closing {SNIP_CLOSE}")
+        chunk = strip_one_newline(chunk[:end])
+        path = ""
+        if chunk.startswith(SNIPPET_PATH):
+            nl = chunk.find("\n")
+            nl = len(chunk) if nl < 0 else nl
+            path, chunk = chunk[len(SNIPPET_PATH) : nl].strip(), chunk[nl + 1 :]
+        snippets.append(Snippet(path, chunk))
+    history = strip_one_newline(_between(text, HIST_OPEN, HIST_CLOSE, required=False) or "")
+    return EditPrompt(file_path, above, region, cursor, below, snippets, history)
+
+
+def unified_diff(path: str, before: str, after: str, context: int = 3) -> str:
+    """One edit-history entry in the ``--- PATH / +++ PATH / @@`` form the prompt carries."""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=path,
+        tofile=path,
+        n=context,
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n")
+    return "".join(out)
+
+
+def edit_canvas_pos(context: Sequence[int], rewrite_id: int, region_open_id: int) -> int:
+    """Rotary position where a row's canvas starts (see model/infer/transformer.py): for a next-edit row
+    (its context ends with ``<|rewrite|>``) the first token after ``<|code_to_edit|>``, so the
+    rewrite lines up with the region it rewrites; for any other row right after the context."""
+    n = len(context)
+    if n and context[n - 1] == rewrite_id:
+        ids = list(context)
+        if region_open_id in ids:
+            return ids.index(region_open_id) + 1
+    return n
+
+
+def split_history(history: str) -> list[str]:
+    """The history's unified diffs, oldest first (each opens with a ``--- `` / ``+++ `` pair)."""
+    lines = history.splitlines(keepends=True)
+    starts = [
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
+    ]
+    if not starts:
+        return [history] if history.strip() else []
+    starts[0] = 0  # anything before the first header belongs to the first entry
+    return ["".join(lines[a:b]) for a, b in zip(starts, [*starts[1:], len(lines)])]
+
+
+def _last_lines(text: str, n: int) -> str:
+    return "".join(text.splitlines(keepends=True)[-n:]) if n else ""
+
+
+def _first_lines(text: str, n: int) -> str:
+    return "".join(text.splitlines(keepends=True)[:n])
+
+
+def _cuts(p: EditPrompt) -> Iterator[EditPrompt]:
+    """``p``, then ``fit_prompt``'s cuts of it, made only as they are asked for (a prompt that fits
+    needs none)."""
+    yield p
+    diffs = split_history(p.history)
+    for keep in (40, 16, 6, 0):
+        yield dataclasses.replace(
+            p,
+            snippets=[],
+            above=_last_lines(p.above, keep),
+            below=_first_lines(p.below, keep),
+            history="".join(diffs[-3:] if keep >= 16 else diffs[-1:]),
+        )
+
+
+def fit_prompt(
+    p: EditPrompt,
+    encode: Callable[[str], list[int]],
+    budget: int,
+    min_tokens: Callable[[str], int] | None = None,
+) -> tuple[EditPrompt, list[int]] | None:
+    """``p`` cut until its built prompt is at most ``budget`` tokens, with that prompt's tokens (so
+    callers never encode it twice), or None when even the region with the newest diff is too long.
+    Cuts, in order: the recently viewed snippets; the file context to 40, 16, 6 and 0 lines on each
+    side; the history to its 3 newest diffs, then the newest. Training rows (model/train/data.py) and
+    inference (model/infer/engine.py) both cut with this, so they agree.
+
+    ``min_tokens(text)``, a cheap lower bound on ``len(encode(text))`` (``Tokenizer.min_tokens``),
+    skips encoding a cut that cannot fit: most training rows' first cuts are far over a 256-token
+    budget, and encoding them was half of building a next-edit row. The result is unchanged."""
+    tried = None
+    for q in _cuts(p):
+        if q == tried:  # this cut changes nothing: encoding it again would only cost time
+            continue
+        tried = q
+        text = build_prompt(q)
+        if min_tokens is not None and min_tokens(text) > budget:
+            continue  # cannot fit: skip the encode
+        ids = encode(text)
+        if len(ids) <= budget:
+            return q, ids
+    return None
+
+
+def format_edit_response(region: str) -> str:
+    """The assistant message content Inception clients expect: the region inside a code fence."""
+    return "```\n" + region + ("" if region.endswith("\n") or not region else "\n") + "```"
+
+
+def parse_edit_response(content: str) -> str | None:
+    """The region inside an edit answer's code fence (the inverse of ``format_edit_response``);
+    None when the content holds no fence."""
+    start = content.find("```")
+    if start < 0:
+        return None
+    nl = content.find("\n", start)
+    if nl < 0:
+        return None
+    end = content.rfind("```")
+    return content[nl + 1 :] if end <= nl else content[nl + 1 : end]

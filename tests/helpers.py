@@ -1,0 +1,71 @@
+"""Test helpers: the denoising loop called with loose keyword arguments, as most sampler tests want.
+
+``denoise`` here builds the decode plan, rows and hooks the loop takes (model/infer/sampler.py) and
+records every intermediate canvas, so tests can check the loop's invariants step by step.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from model.infer.cache import ContextCache, Rows
+from model.infer.plan import DecodePlan, Sampling
+from model.infer.rules import ThresholdRule
+from model.infer.sampler import Hooks, Tokens
+from model.infer.sampler import denoise as loop
+
+
+def denoise(
+    model,
+    context: torch.Tensor,  # [B, Lc]
+    context_lens: torch.Tensor,  # [B]
+    canvas_len: int,
+    *,
+    mask_id: int,
+    eot_id: int,
+    block_size: int = 32,
+    rule=ThresholdRule(0.9),
+    cache=None,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    presence_penalty: float = 0.0,
+    suppress_ids=(),
+    generator: torch.Generator | None = None,
+    record: bool = False,
+    on_step=None,
+    should_stop=None,
+    done=None,
+    canvas_pos=None,
+    draft=None,
+    canvas_lens=None,
+    first_width: int | None = None,
+):
+    canvases: list[torch.Tensor] = []
+
+    def observe(canvas: torch.Tensor) -> None:
+        if record:
+            canvases.append(canvas.clone())
+        if on_step is not None:
+            on_step(canvas)
+
+    plan = DecodePlan(
+        "fim",
+        "test",
+        rule,
+        block_size,
+        cache or ContextCache(),
+        Sampling(temperature, top_p, presence_penalty),
+    )
+    res = loop(
+        model,
+        Rows(context, context_lens, canvas_lens, canvas_pos),
+        canvas_len,
+        plan,
+        Tokens(mask_id, eot_id, tuple(suppress_ids or ())),
+        first_width=first_width,
+        generator=generator,
+        hooks=Hooks(observe=observe, done=done, draft=draft, should_stop=should_stop),
+    )
+    return SimpleNamespace(**res.__dict__, canvases=canvases)
