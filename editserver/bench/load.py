@@ -254,14 +254,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("load", help="concurrent clients against a local server: throughput, p50/p95, errors")
     p.add_argument("--url", default=None, help="a running server on loopback (default: start one)")
     p.add_argument("--model", type=Path, default=None, help="checkpoint for the self-started server")
-    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--clients", type=int, default=16, help="concurrent clients (default: 16)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds")
-    p.add_argument("--kind", choices=["mixed", "fim", "edit"], default="mixed")
+    p.add_argument(
+        "--kind", choices=["mixed", "fim", "edit"], default="mixed", help="which requests the clients send"
+    )
     p.add_argument("--max-tokens", type=int, default=32, help="FIM max_tokens (edits get 4x)")
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the self-started server")
     p.add_argument("--server-arg", action="append", default=[], help="extra 'editserver serve' argument")
-    p.add_argument("--api-key", default=None)
+    p.add_argument("--api-key", default=None, help="bearer key of the server under load, if it has one")
     p.add_argument(
         "--compare-max-batch",
         type=lambda v: [int(x) for x in v.split(",")],

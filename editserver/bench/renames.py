@@ -37,8 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--edits", type=Path, default=Path("../shared/data/edits"), help="commit-edit records")
     p.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: shipped)")
     p.add_argument("--limit", type=int, default=100, help="examples (one per held-out file)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-region-chars", type=int, default=400)
+    p.add_argument("--seed", type=int, default=0, help="seed of the file sample")
+    p.add_argument(
+        "--max-region-chars", type=int, default=400, help="skip files whose region is longer (default: 400)"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     p.add_argument("--effort", default=None, help="instant|low|medium|high (default: the checkpoint's)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -93,7 +95,11 @@ def run(args: argparse.Namespace) -> int:
     from protocol.prompt import build_prompt
 
     if not args.edits.is_dir():
-        print(f"edit records not found: {args.edits} (they live in ../shared/data/edits)")
+        print(
+            f"edit records not found: {args.edits}; pass --edits DIR: a folder of commit-edit records "
+            "(.jsonl.xz per repository, as `editserver train --repo` mines them from any git "
+            "repository; docs/replay.md describes the format)"
+        )
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -32,9 +32,9 @@ PRECISIONS = ("auto", "fp32", "bf16")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train-step", help="training tokens/s: eager vs compiled, fp32 vs bf16, side by side")
     p.add_argument("--preset", default="mini", help="model size preset (tiny, mini, small, base)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch-size", type=int, default=16, help="rows per step (default: 16)")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per row (default: 256)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     p.add_argument("--variants", default="eager,compile", help=f"comma-separated, of {', '.join(VARIANTS)}")
     p.add_argument(
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--rounds", type=int, default=10, help="timed rounds (one step of every variant each)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (compilation happens here)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random batch and weights")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.set_defaults(func=run)
 

@@ -28,40 +28,87 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from editserver.options import opt
 from editserver.replay import metrics
 from editserver.replay.points import Options
 from editserver.replay.runner import PhaseResult, RowLog, run_phase
 from editserver.replay.sources import Budget, from_record_files, from_repository, record_files
 from editserver.replay.suggest import EngineSuggester, HttpSuggester, Suggester
 
+SOURCE, WALK, THRESHOLD, OUTPUT = (
+    "source of suggestions",
+    "what to replay",
+    "selectivity threshold",
+    "output",
+)
+
 
 @dataclass
 class ReplayConfig:
-    repos: list[str] = field(default_factory=list)  # git repositories to mine
-    records: list[str] = field(default_factory=list)  # record files (or directories of them) to evaluate
-    tune_records: list[str] = field(default_factory=list)  # record files to tune the threshold on
-    server_url: str | None = None
-    model: str | None = None  # checkpoint directory (in-process; also where --write-config writes)
-    in_process: bool = False
-    device: str = "cpu"
-    effort: str | None = None  # None: the checkpoint's default effort
-    batch_size: int = 1
-    max_points: int = 300  # next-edit requests evaluated
-    max_fim: int = 200  # FIM requests evaluated
-    tune_points: int = 300  # next-edit requests for tuning
-    tune_fim: int = 200  # FIM requests for tuning (0: the FIM threshold is not tuned)
-    max_commits: int | None = 500  # repositories: newest N non-merge commits walked
-    rev: str | None = None  # repositories: revision or range (default HEAD)
-    sample: int | None = None  # repositories: seeded sample of that many commits
-    threshold: float | None = None
-    aggregate: str | None = None
-    fim_threshold: float | None = None  # evaluate FIM with this threshold instead
-    write_config: bool = False
-    json_out: str | None = None
-    html_out: str | None = None
-    markdown_out: str | None = None
-    resume: bool = False
-    progress: bool = True
+    """The replay's settings; each field with ``opt`` is also its command-line flag."""
+
+    repos: list[str] = opt(
+        factory=list, help="git repositories to mine (gitpython)", metavar="REPO_PATH", positional=True
+    )
+    records: list[str] = opt(
+        factory=list,
+        metavar="FILE",
+        help="commit-edit record files (*.jsonl.xz) or directories of them to evaluate on",
+    )
+    tune_records: list[str] = opt(
+        factory=list,
+        metavar="FILE",
+        help="record files of *training* repositories to choose the aggregate and threshold on",
+    )
+    server_url: str | None = opt(None, "a running editserver (POST /v1/edit/completions)", group=SOURCE)
+    # checkpoint directory (in-process; also where --write-config writes)
+    model: str | None = opt(
+        None, "checkpoint directory (default: the shipped one)", metavar="DIR", group=SOURCE
+    )
+    in_process: bool = opt(False, "call model.infer.engine.Engine directly", group=SOURCE)
+    device: str = opt("cpu", "cpu or cuda (in-process)", group=SOURCE)
+    effort: str | None = opt(
+        None,
+        "sampler effort (default: the checkpoint's)",
+        choices=["instant", "low", "medium", "high"],
+        group=SOURCE,
+    )
+    batch_size: int = opt(
+        1, "requests in flight together: one decoded batch in-process, concurrent over HTTP", group=SOURCE
+    )
+    max_points: int = opt(300, "next-edit requests evaluated", group=WALK)
+    max_fim: int = opt(200, "FIM requests evaluated (0: none)", group=WALK)
+    tune_points: int = opt(300, "next-edit requests to tune on", group=WALK)
+    tune_fim: int = opt(200, "FIM requests to tune the FIM threshold on (0: leave it untuned)", group=WALK)
+    max_commits: int | None = opt(500, "repositories: newest N non-merge commits", group=WALK)
+    rev: str | None = opt(None, "repositories: revision or range, e.g. v1.0..main (default HEAD)", group=WALK)
+    sample: int | None = opt(None, "repositories: a seeded sample of N of those commits", group=WALK)
+    threshold: float | None = opt(None, "evaluate with this threshold instead", group=THRESHOLD)
+    aggregate: str | None = opt(
+        None, "score aggregate for --threshold (model/infer/scoring.py)", group=THRESHOLD
+    )
+    fim_threshold: float | None = opt(None, "evaluate FIM with this threshold instead", group=THRESHOLD)
+    write_config: bool = opt(
+        False,
+        "write the tuned thresholds (next edit, FIM) and aggregate into --model DIR/config.json",
+        group=THRESHOLD,
+    )
+    json_out: str | None = opt(
+        None,
+        "write the result (summary, fim, every labelled suggestion, report) to OUT; OUT.html holds the "
+        "report, OUT.log.jsonl the finished requests",
+        flag="--json",
+        metavar="OUT",
+        group=OUTPUT,
+    )
+    html_out: str | None = opt(
+        None, "report path (default OUT.html)", flag="--html", metavar="FILE", group=OUTPUT
+    )
+    markdown_out: str | None = opt(
+        None, "headline tables as Markdown", flag="--markdown", metavar="FILE", group=OUTPUT
+    )
+    resume: bool = opt(False, "continue from OUT.log.jsonl of an interrupted run", group=OUTPUT)
+    progress: bool = opt(True, "no progress bar", flag="--no-progress", negate=True, group=OUTPUT)
     points: Options = field(default_factory=Options)
 
     def identity(self) -> dict:

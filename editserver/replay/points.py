@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from editserver.options import opt
 from protocol.prompt import EditPrompt, build_prompt, unified_diff
 
 _IDENT = re.compile(r"[A-Za-z_$][\w$]*")
@@ -51,20 +52,28 @@ _DEF_ASSIGN = re.compile(
 
 @dataclass
 class Options:
-    """How records become points (defaults documented at each value)."""
+    """How records become points; fields with ``opt`` are also ``editserver replay`` flags."""
 
-    region_lines: int = 16  # editable region size (Mercury recommends about 10-25 lines)
+    # editable region size (Mercury recommends about 10-25 lines)
+    region_lines: int = opt(16, "editable region size in lines", group="what to replay")
     region_above: int = 5  # lines of the region above the caret (edits mostly continue downwards)
-    context_lines: int = 20  # file lines above and below the region sent with it
-    history: int = 3  # newest edit-history entries in the prompt (training uses 3)
-    max_steps: int = 4  # steps kept per record
+    context_lines: int = opt(20, "file lines sent above and below the region", group="what to replay")
+    # newest edit-history entries in the prompt (training uses 3)
+    history: int = opt(3, "edit-history diffs in the prompt", group="what to replay")
+    max_steps: int = opt(4, "steps (k values) kept per changed file", group="what to replay")
     max_hunks: int = 40  # records with more hunks are skipped (training skips them too)
     max_region_chars: int = 3000  # longer regions (minified code) are skipped
-    include_final: bool = True  # also ask after the last hunk, when nothing is left to do
+    include_final: bool = opt(
+        True,
+        "do not ask after a file's last hunk (when nothing is left to do)",
+        flag="--no-final",
+        negate=True,
+        group="what to replay",
+    )
     fim_per_record: int = 1  # added lines per record turned into FIM holes (two holes each)
     fim_context_lines: int = 40  # lines of prefix and of suffix around a FIM hole
     fim_min_chars: int = 6  # added lines shorter than this (after stripping) are not FIM holes
-    seed: int = 0
+    seed: int = opt(0, "seed of the sampled commits and points", group="what to replay")
 
 
 @dataclass

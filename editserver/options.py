@@ -1,0 +1,130 @@
+"""Command-line flags generated from typed option dataclasses, so each option is written once.
+
+Design decisions:
+- An option is a dataclass field declared with ``opt(default, help, ...)``: its name, type, default
+  and help text live there, and ``add_arguments`` turns it into a flag (``max_points`` ->
+  ``--max-points``). ``from_args`` builds the dataclass back from the parsed namespace.
+- Types come from the annotations: ``int``, ``float``, ``str``, ``Path`` and their ``| None`` forms
+  take a value; ``bool`` is a switch (``--name``, or ``--no-name`` for a field that defaults to
+  True, via ``negate``); ``list[str]`` takes one or more values.
+- A field holding another option dataclass contributes that one's flags (a nested group), so a
+  harness's sub-options need no copy line.
+- A field without a ``help`` entry in its metadata is not a flag (the caller fills it). The
+  metadata is a plain dict, so a dataclass in ``model`` can declare flags without importing this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+
+def opt(
+    default: Any = None,
+    help: str = "",
+    *,
+    flag: str | None = None,
+    metavar: str | None = None,
+    choices: list[str] | None = None,
+    group: str | None = None,
+    negate: bool = False,
+    positional: bool = False,
+    factory: Any = None,
+) -> Any:
+    """A dataclass field that is also a command-line option (module docstring)."""
+    meta = {
+        "help": help,
+        "flag": flag,
+        "metavar": metavar,
+        "choices": choices,
+        "group": group,
+        "negate": negate,
+        "positional": positional,
+    }
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+_DEFAULTS = {
+    "flag": None,
+    "metavar": None,
+    "choices": None,
+    "group": None,
+    "negate": False,
+    "positional": False,
+}
+
+
+def _base(tp: Any) -> tuple[Any, bool]:
+    """(the type without ``| None``, whether None is allowed)."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return tp, False
+
+
+def _flag_kwargs(f: dataclasses.Field, tp: Any) -> dict:
+    m = {**_DEFAULTS, **f.metadata}
+    base, _ = _base(tp)
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    plain = default is None or isinstance(default, bool) or default == []
+    help_ = m["help"] + ("" if plain else " (default: %(default)s)")
+    kw: dict[str, Any] = {"help": help_, "dest": f.name}
+    if base is bool:
+        kw["action"] = "store_false" if m["negate"] else "store_true"
+        return kw
+    if typing.get_origin(base) is list:
+        kw.update(nargs="*" if m["positional"] else "+", default=list(default or []))
+        kw["type"] = typing.get_args(base)[0]
+    else:
+        kw.update(type=base if base in (int, float, Path) else str, default=default)
+    for k in ("metavar", "choices"):
+        if m[k] is not None:
+            kw[k] = m[k]
+    if m["positional"]:
+        kw.pop("dest")
+    return kw
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type, groups: dict[str, Any] | None = None) -> None:
+    """Add a flag for every ``opt`` field of dataclass ``cls`` (and of nested option dataclasses);
+    ``groups`` maps group titles to argument groups already made (shared with nested ones)."""
+    hints = typing.get_type_hints(cls)
+    groups = {} if groups is None else groups
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            add_arguments(parser, tp, groups)
+            continue
+        if "help" not in f.metadata:
+            continue
+        m = {**_DEFAULTS, **f.metadata}
+        target = parser
+        if m["group"]:
+            target = groups.setdefault(m["group"], parser.add_argument_group(m["group"]))
+        if m["positional"]:
+            target.add_argument(f.name, **_flag_kwargs(f, tp))
+            continue
+        name = m["flag"] or ("--no-" if m["negate"] else "--") + f.name.replace("_", "-")
+        target.add_argument(name, **_flag_kwargs(f, tp))
+
+
+def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
+    """Dataclass ``cls`` from parsed ``args``; ``given`` fills (or overrides) fields by name."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in given:
+            values[f.name] = given[f.name]
+        elif dataclasses.is_dataclass(hints[f.name]):
+            values[f.name] = from_args(hints[f.name], args)
+        elif "help" in f.metadata and hasattr(args, f.name):
+            v = getattr(args, f.name)
+            values[f.name] = list(v) if isinstance(v, list) else v
+    return cls(**values)
