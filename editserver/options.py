@@ -9,8 +9,14 @@ Design decisions:
   True, via ``negate``); ``list[str]`` takes one or more values.
 - A field holding another option dataclass contributes that one's flags (a nested group), so a
   harness's sub-options need no copy line.
-- A field without a ``help`` entry in its metadata is not a flag (the caller fills it). The
-  metadata is a plain dict, so a dataclass in ``model`` can declare flags without importing this.
+- A field without a ``help`` entry in its metadata (or with ``cli=False``) is not a flag (the
+  caller fills it). The metadata is a plain dict, so a dataclass in ``model`` (``TrainConfig``) can
+  declare flags without importing this module.
+- ``cli_default`` is the flag's default where the command line's differs from the library's;
+  ``scale`` converts units (``--time-budget`` minutes, the field seconds); ``aliases`` adds other
+  names (``train --run-dir``: torchrun reads ``--run`` as its own ``--run-path``). A bool that
+  defaults to True gets ``--name/--no-name`` unless ``negate`` makes it a single ``--no-name``.
+- The default is appended to the help text unless the help already names one.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ def opt(
 
 
 _DEFAULTS = {
+    "cli": True,
+    "aliases": (),
     "flag": None,
     "metavar": None,
     "choices": None,
@@ -69,21 +77,36 @@ def _base(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+def _is_flag(f: dataclasses.Field) -> bool:
+    return "help" in f.metadata and f.metadata.get("cli", True)
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if "cli_default" in f.metadata:
+        return f.metadata["cli_default"]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
 def _flag_kwargs(f: dataclasses.Field, tp: Any) -> dict:
     m = {**_DEFAULTS, **f.metadata}
     base, _ = _base(tp)
-    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-    plain = default is None or isinstance(default, bool) or default == []
-    help_ = m["help"] + ("" if plain else " (default: %(default)s)")
+    default = _default(f)
+    shown = default / m["scale"] if "scale" in m and default is not None else default
+    plain = default is None or isinstance(default, bool) or default == [] or "default" in m["help"]
+    help_ = m["help"] + ("" if plain else f" (default {shown})").replace("%", "%%")
     kw: dict[str, Any] = {"help": help_, "dest": f.name}
     if base is bool:
-        kw["action"] = "store_false" if m["negate"] else "store_true"
+        if m["negate"]:
+            kw["action"] = "store_false"
+        else:
+            kw["action"] = argparse.BooleanOptionalAction if default else "store_true"
+            kw["default"] = default
         return kw
     if typing.get_origin(base) is list:
         kw.update(nargs="*" if m["positional"] else "+", default=list(default or []))
         kw["type"] = typing.get_args(base)[0]
     else:
-        kw.update(type=base if base in (int, float, Path) else str, default=default)
+        kw.update(type=base if base in (int, float, Path) else str, default=shown)
     for k in ("metavar", "choices"):
         if m[k] is not None:
             kw[k] = m[k]
@@ -102,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, groups: dict[str, 
         if dataclasses.is_dataclass(tp):
             add_arguments(parser, tp, groups)
             continue
-        if "help" not in f.metadata:
+        if not _is_flag(f):
             continue
         m = {**_DEFAULTS, **f.metadata}
         target = parser
@@ -112,7 +135,26 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, groups: dict[str, 
             target.add_argument(f.name, **_flag_kwargs(f, tp))
             continue
         name = m["flag"] or ("--no-" if m["negate"] else "--") + f.name.replace("_", "-")
-        target.add_argument(name, **_flag_kwargs(f, tp))
+        target.add_argument(name, *m["aliases"], **_flag_kwargs(f, tp))
+
+
+def flag_name(cls: type, name: str) -> str:
+    """The flag a field is set by (for error messages)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    m = {**_DEFAULTS, **f.metadata}
+    return m["flag"] or ("--no-" if m["negate"] else "--") + name.replace("_", "-")
+
+
+def _value(f: dataclasses.Field, args: argparse.Namespace) -> Any:
+    v = getattr(args, f.name)
+    if v is not None and "scale" in f.metadata:
+        v = v * f.metadata["scale"]
+    return list(v) if isinstance(v, list) else v
+
+
+def config_values(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed flags of ``cls`` (not nested ones) as field values, in the field's unit."""
+    return {f.name: _value(f, args) for f in dataclasses.fields(cls) if _is_flag(f) and hasattr(args, f.name)}
 
 
 def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
@@ -124,7 +166,6 @@ def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
             values[f.name] = given[f.name]
         elif dataclasses.is_dataclass(hints[f.name]):
             values[f.name] = from_args(hints[f.name], args)
-        elif "help" in f.metadata and hasattr(args, f.name):
-            v = getattr(args, f.name)
-            values[f.name] = list(v) if isinstance(v, list) else v
+        elif _is_flag(f) and hasattr(args, f.name):
+            values[f.name] = _value(f, args)
     return cls(**values)

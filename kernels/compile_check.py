@@ -114,6 +114,40 @@ def variants(quick: bool) -> list[Variant]:
                 {"LOGITS": dt, "PEN": "fp32", "TOK": "i64", "PROB": "fp32", "MARGIN": "fp32"},
                 dict(HAS_PEN=True, WANT_MARGIN=margin, SAMPLE=sample, BLOCK_V=4096), num_warps=8,
             ))  # fmt: skip
+    return out + _open_weight_variants()
+
+
+def _open_weight_variants() -> list[Variant]:
+    """bf16 at the widths of 7B/8B open-weight models (Qwen2-7B/Dream 28/4 heads, LLaDA-8B 32/32, head
+    dim 128, hidden 3584), with the block sizes the host functions pick for a 64-token canvas."""
+    import torch
+
+    from kernels._common import next_pow2
+    from kernels.attention import _attention_kernel, launch_config
+    from kernels.rmsnorm import _rmsnorm_kernel
+    from kernels.rotary import _rotary_kernel
+
+    out: list[Variant] = []
+    for name, heads, kv_heads in (("qwen2-7b", 28, 4), ("llada-8b", 32, 32)):
+        group = heads // kv_heads
+        bm, bn, bd, warps, stages = launch_config(128, group * 64, torch.bfloat16)
+        ptr = {n: "bf16" for n in ("Q", "K", "V", "K2", "V2", "OUT")}
+        ptr |= {"KV_LENS": "i64", "MASK": "u8", "O_PART": "fp32", "LSE_PART": "fp32"}
+        out.append(Variant(
+            f"attention bf16 D=128 {name} G={group} splits=8", _attention_kernel, ptr,
+            dict(GROUP=group, HEAD_DIM=128, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, HAS_LENS=True, HAS_K2=True,
+                 HAS_MASK=False, NUM_SPLITS=8, F32_DOT=False, UPCAST=False),
+            num_warps=warps, num_stages=stages, ones={"sqd", "skd", "svd", "s2kd", "s2vd", "sod"},
+        ))  # fmt: skip
+        block_h = next_pow2(heads)
+        out.append(Variant(
+            f"rotary bf16 D=128 {name}", _rotary_kernel, {"Q": "bf16", "K": "bf16", "COS": "fp32", "SIN": "fp32"},
+            dict(BLOCK_T=max(1, min(16, 2048 // (block_h * 64))), BLOCK_H=block_h, BLOCK_HALF=64),
+        ))  # fmt: skip
+    out.append(Variant(
+        "rmsnorm bf16 residual=True N=3584", _rmsnorm_kernel, {n: "bf16" for n in ("X", "R", "W", "Y", "S")},
+        dict(HAS_RES=True, BLOCK=4096), num_warps=8,
+    ))  # fmt: skip
     return out
 
 

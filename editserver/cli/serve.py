@@ -1,22 +1,31 @@
 """``editserver serve``: the local HTTP API (Inception/OpenAI-compatible) on uvicorn.
 
 Design decisions:
-- The model is loaded before the port opens, so "port answers" means "ready" and a bad ``--model``
-  fails at once with a one-line message (exit status 2), not on the first request.
+- Readiness (editserver/server/replica.py, docs/scale-out.md): the port opens at once and the model
+  loads on a thread; ``/health`` and the API answer 503 until it is loaded. A ``--model`` that is not a
+  directory fails before the port opens; one that fails to load prints the same one line and exits
+  with status 2. SIGTERM drains: 503 to new requests and to ``/health``, in-flight requests finish
+  (at most ``--drain-timeout`` seconds), then uvicorn's graceful shutdown; a second signal cuts it short.
 - Logs are JSON lines on stderr (one per request from the app, plus lifecycle lines); uvicorn's own
   access log is off because the app writes a richer one. Nothing is sent anywhere.
 - ``--threads`` sets torch's intra-op threads before loading (0 keeps torch's default); on a shared
   CPU one or two threads keep the machine responsive.
 - The API key may come from ``$EDITSERVER_API_KEY`` so it does not show in the process list.
 - Binding to anything but loopback is allowed but warned about: the server has no TLS.
+- ``--model`` also takes a Hugging Face directory of an open-weight diffusion family
+  (model/infer/hf/); the start prints one line on stderr with the family, parameters, dtype, device
+  and load time, so a user sees what the port will serve. ``--dtype auto`` keeps our own checkpoints
+  in fp32 and serves open models in bf16 where it is native (CUDA, AVX-512 BF16/AMX CPUs).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -51,11 +60,23 @@ def configure_logging(level: str) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve the model over HTTP (Inception Mercury Edit / OpenAI API)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument(
         "--model", type=Path, default=None, help="checkpoint directory (default: the shipped model)"
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        help="serving dtype (default auto: fp32 for our checkpoints; bf16 for open models where native)",
+    )
+    p.add_argument(
+        "--max-context",
+        type=int,
+        default=32768,
+        help="longest context served, in tokens (default 32768; an open model's own is capped to it)",
+    )
     p.add_argument(
         "--api-key",
         default=os.environ.get("EDITSERVER_API_KEY") or None,
@@ -83,7 +104,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="show next edits scoring at least this (0-1; default: the checkpoint's selectivity_threshold)",
     )
     p.add_argument("--model-name", default="editserver", help="id listed first by /v1/models")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="JSON log lines on stderr at this level and above (default: info)",
+    )
+    p.add_argument(
+        "--replica-id",
+        default=None,
+        help="name of this replica in /metrics (editserver_replica_info), /health and the "
+        "X-Editserver-Replica header (default: HOSTNAME:PORT)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, seconds to let in-flight requests finish while new ones get 503 (default: 30)",
+    )
     p.set_defaults(func=run)
 
 
@@ -107,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
             fim_threshold=args.fim_threshold,
             edit_threshold=args.edit_threshold,
             log_level=args.log_level,
+            dtype=args.dtype,
+            max_context=args.max_context,
         )
     except ValueError as exc:
         print(f"editserver serve: {exc}", file=sys.stderr)
@@ -122,20 +162,44 @@ def run(args: argparse.Namespace) -> int:
     if settings.device.startswith("cuda") and not torch.cuda.is_available():
         print("editserver serve: --device cuda but no CUDA device is available", file=sys.stderr)
         return 2
-    t0 = time.perf_counter()
-    try:
-        engine = Engine.load(settings.model, settings.device)
-    except (FileNotFoundError, OSError, ValueError, KeyError) as exc:
-        print(f"editserver serve: cannot load the model: {exc}", file=sys.stderr)
+    if settings.model is not None and not Path(settings.model).is_dir():  # fails before the port opens
+        print(
+            f"editserver serve: cannot load the model: {settings.model} is not a directory", file=sys.stderr
+        )
         return 2
-    log.info(
-        f"model loaded from {settings.model or 'the shipped checkpoint'} in {time.perf_counter() - t0:.1f}s"
-    )
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning(f"listening on {settings.host}: reachable from other machines, without TLS")
-    app = create_app(settings, engine)
+    from editserver.server.metrics import Metrics
+    from editserver.server.replica import Replica, draining_server
+
+    replica_id = args.replica_id or f"{socket.gethostname()}:{settings.port}"
+    settings = dataclasses.replace(settings, extra={**settings.extra, "replica": replica_id})
+    metrics = Metrics(replica=replica_id)
+
+    def build():  # on the replica's loading thread, while /health answers 503
+        t0 = time.perf_counter()
+        engine = Engine.load(settings.model, settings.device, settings.dtype, settings.max_context)
+        print(
+            f"editserver serve: {engine.family} model, {engine.num_parameters:,} parameters, {engine.dtype}, "
+            f"{settings.device}, context {engine.context_length}, loaded in {time.perf_counter() - t0:.1f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+        log.info(
+            f"model loaded from {settings.model or 'the shipped checkpoint'} in {time.perf_counter() - t0:.1f}s"
+        )
+        return create_app(settings, engine, metrics)
+
+    failed: list[BaseException] = []
+
+    def on_failure(exc: BaseException) -> None:
+        print(f"editserver serve: cannot load the model: {exc}", file=sys.stderr, flush=True)
+        failed.append(exc)
+        server.should_exit = True
+
+    replica = Replica(build, metrics, replica_id, on_failure)
     config = uvicorn.Config(
-        app,
+        replica,
         host=settings.host,
         port=settings.port,
         log_config=None,
@@ -143,5 +207,6 @@ def run(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         timeout_graceful_shutdown=5,
     )
-    uvicorn.Server(config).run()
-    return 0
+    server = draining_server(config, replica, args.drain_timeout)
+    server.run()
+    return 2 if failed else 0

@@ -47,7 +47,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from editserver.server.errors import APIError, install_error_handlers, translate
 from editserver.server.metrics import AccessLog, Metrics
-from editserver.server.outcome import View, view
+from editserver.server.outcome import View, fim_postprocessed, view
 from editserver.server.scheduler import Cancelled, Job, QueueFull, Result, Scheduler
 from editserver.server.schemas import (
     EditBody,
@@ -85,8 +85,10 @@ def _sse(obj: dict | str) -> bytes:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
 
-def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
-    engine = engine if engine is not None else Engine.load(settings.model, settings.device)
+def create_app(settings: Settings, engine: Engine | None = None, metrics: Metrics | None = None) -> FastAPI:
+    """The API; ``metrics``: a registry made before the model loaded (replica.py), else a new one."""
+    if engine is None:
+        engine = Engine.load(settings.model, settings.device, settings.dtype, settings.max_context)
     overrides = {
         k: v
         for k, v in (
@@ -97,7 +99,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     }
     if overrides:  # the engine decides above/below threshold itself, so it must see the served value
         engine.inference = dataclasses.replace(engine.inference, **overrides)
-    metrics = Metrics()
+    metrics = metrics if metrics is not None else Metrics()
+    metrics.ready.set(1)  # the model is loaded (replica.py shows 0 before, and while draining)
     scheduler = Scheduler(engine, metrics, settings.max_queue, settings.max_batch)
     cap = min(settings.max_output_tokens or engine.max_output_tokens, engine.max_output_tokens)
     limits = Limits(max_output_tokens=cap, fim_default_tokens=engine.inference.fim_max_tokens)
@@ -264,6 +267,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             latency_ms=round(c.latency_s * 1000, 1),
             queue_ms=round(res.queue_s * 1000, 1),
             batch_size=res.batch_size,
+            dropped_tokens=c.dropped_tokens,
+            canvas_tokens=c.canvas_tokens,
         ).model_dump()
 
     def _usage(res: Result) -> dict:
@@ -311,16 +316,23 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             out["editserver"] = extra
         return out
 
-    def _view(request: Request, kind: str, res: Result) -> tuple[View, str, dict]:
+    def _view(request: Request, kind: str, res: Result, body=None) -> tuple[View, str, dict]:
         """The answer's view, its text as sent (edits fenced) and the ``editserver`` field; counted
-        and logged once per request."""
+        and logged once per request. FIM answers go through the shared post-processing
+        (outcome.fim_postprocessed); its report is the field's ``postprocess``."""
         v = view(kind, res.completion)
+        trimmed = None
+        if kind == "fim" and body is not None:
+            v, trimmed = fim_postprocessed(v, body.prompt, body.suffix or "")
         metrics.count_outcome(kind, v.outcome)
         _log(request, res, outcome=v.outcome)
-        return v, _shown_draft(kind, v.text), _info(res, kind, v)
+        info = _info(res, kind, v)
+        if trimmed is not None:
+            info["postprocess"] = trimmed
+        return v, _shown_draft(kind, v.text), info
 
     def _final_chunks(request: Request, kind: str, body, meta: dict, res: Result) -> list[dict]:
-        v, text, info = _view(request, kind, res)
+        v, text, info = _view(request, kind, res, body)
         finish = v.finish_reason
         chunks = []
         if body.diffusing_stream:
@@ -334,7 +346,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         return chunks
 
     def _finish(request: Request, kind: str, body, meta: dict, res: Result) -> Response:
-        v, text, info = _view(request, kind, res)
+        v, text, info = _view(request, kind, res, body)
         if kind == "fim":
             obj = "text_completion"
             choice = {"index": 0, "text": text, "finish_reason": v.finish_reason, "logprobs": None}
@@ -392,6 +404,10 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
                 context_length=engine.context_length,
                 max_output_length=cap,
                 features=FEATURES,
+                family=engine.family,
+                parameters=engine.num_parameters,
+                dtype=engine.dtype,
+                window=min(engine.window, engine.context_length),
             )
             for n in names
         ]

@@ -13,6 +13,12 @@ Design decisions:
   the outcome).
 - Outcomes (shown or why not, editserver/server/outcome.py) are counted per kind, in two counters with the
   same label: ``editserver_edit_outcomes_total`` and ``editserver_fim_outcomes_total``.
+- Replicas (docs/scale-out.md): ``editserver_replica_info{replica="host:port"} 1`` names the replica
+  whose numbers these are (``serve --replica-id``), the usual Prometheus info metric: series are
+  told apart by the scrape's ``instance`` label and joined to the name with ``group_left``. The
+  replica label is not added to every series, so the series and their label sets stay what every
+  reader of ``/metrics`` expects. ``editserver_ready`` and ``editserver_draining`` (0/1) show the
+  lifecycle (editserver/server/replica.py).
 - Histogram buckets are sized for this model: requests from milliseconds (tiny test model) to tens
   of seconds (long canvases on a busy CPU); tokens per step from 1 (sequential) to a whole block.
 """
@@ -42,8 +48,18 @@ BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, replica: str | None = None) -> None:
         r = self.registry = CollectorRegistry()
+        self.replica = replica
+        if replica is not None:
+            info = Gauge(
+                "editserver_replica_info", "the replica these metrics are from", ["replica"], registry=r
+            )
+            info.labels(replica).set(1)
+        self.ready = Gauge(
+            "editserver_ready", "1 once the model is loaded, 0 while loading or draining", registry=r
+        )
+        self.draining = Gauge("editserver_draining", "1 while shutting down gracefully", registry=r)
         self.requests = Counter(
             "editserver_requests", "HTTP requests answered", ["endpoint", "status"], registry=r
         )

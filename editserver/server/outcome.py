@@ -17,6 +17,11 @@ Design decisions:
   a wrong one); ``shown``. A FIM answer cut by ``max_tokens`` is shown with finish_reason ``length``,
   as OpenAI reports it: the start of a line is something a user may accept word by word, unlike a
   region rewrite that stops halfway.
+- A shown FIM answer then goes through protocol/postprocess.py (the rules the LSP applies too), so
+  every HTTP client gets the same cleaned text: ``fim_postprocessed`` returns the new view and what
+  was trimmed. An answer the rules empty becomes outcome ``trimmed`` (text ""); one they shortened
+  reports finish_reason ``stop`` (it is complete as sent). The request's own ``stop`` was applied by
+  the engine first, and the rules only shorten, so it always wins.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from model.infer.engine import Completion
+from protocol.postprocess import trim
 
 Kind = Literal["fim", "edit"]
-OUTCOMES = ("shown", "unchanged", "empty", "below_threshold", "truncated", "cancelled")
+OUTCOMES = ("shown", "unchanged", "empty", "below_threshold", "truncated", "cancelled", "trimmed")
 
 
 @dataclass(frozen=True)
@@ -68,3 +74,17 @@ def fim_view(c: Completion) -> View:
 
 def view(kind: Kind, c: Completion) -> View:
     return edit_view(c) if kind == "edit" else fim_view(c)
+
+
+def fim_postprocessed(v: View, prompt: str, suffix: str) -> tuple[View, dict]:
+    """The FIM view after the shared post-processing, and the ``postprocess`` part of the
+    ``editserver`` field: ``{trimmed: [rule, ...], model_text}`` (``model_text``: before trimming)."""
+    if v.outcome != "shown":
+        return v, {"trimmed": [], "model_text": v.text}
+    t = trim(v.text, prompt, suffix)
+    info = {"trimmed": t.trimmed, "model_text": v.text}
+    if not t.text:
+        return View("", "stop", "trimmed"), info
+    if t.text != v.text:
+        return View(t.text, "stop", "shown"), info
+    return v, info

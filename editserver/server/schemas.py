@@ -227,6 +227,12 @@ class SuggestionInfo(BaseModel):
     latency_ms: float
     queue_ms: float
     batch_size: int
+    dropped_tokens: int = Field(
+        0, description="prompt tokens beyond the window the model reads (far end first)"
+    )
+    canvas_tokens: int = Field(
+        0, description="the canvas the answer was decoded on (a line request's winning length)"
+    )
 
 
 class FimChoice(BaseModel):
@@ -276,6 +282,12 @@ class ModelCard(BaseModel):
     context_length: int
     max_output_length: int
     features: list[str]
+    family: str = Field(
+        "editserver", description="model family: editserver (ours), dream, open-dcoder, llada"
+    )
+    parameters: int = Field(0, description="parameter count of the loaded weights")
+    dtype: str = Field("float32", description="the weights' serving dtype")
+    window: int = Field(0, description="prompt tokens the model actually reads (over-window input is cut)")
 
 
 class ModelList(BaseModel):

@@ -39,6 +39,8 @@ class Settings:
     fim_threshold: float | None = None  # None: the checkpoint's inference.fim_threshold
     edit_threshold: float | None = None  # None: the checkpoint's inference.selectivity_threshold
     log_level: str = "info"
+    dtype: str = "auto"  # serving dtype: auto (bf16 where native, else fp32), fp32, bf16, fp16
+    max_context: int = 32768  # the longest context served (an open model's own is capped to it)
     extra: dict = field(default_factory=dict)  # free-form provenance shown by /health
 
     def __post_init__(self) -> None:
@@ -53,5 +55,9 @@ class Settings:
             # scores are confidences in [0, 1]; NaN fails both comparisons and is refused too
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
+        if self.dtype not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"dtype must be auto, fp32, bf16 or fp16, got {self.dtype!r}")
+        if self.max_context < 1:
+            raise ValueError(f"max_context must be at least 1, got {self.max_context}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")

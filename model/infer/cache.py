@@ -11,8 +11,20 @@ Design decisions:
 - A policy is a frozen dataclass, so a decode plan (model/infer/plan.py) holding one stays hashable.
 - ``rows`` cuts a state to some of its rows: the loop computes only rows with something left to
   decide.
-- Policies for other model families (the dual cache of Fast-dLLM) live beside their family and
-  follow the same protocol; the loop never asks which one it has.
+- In-place infill (open-weight families, model/infer/hf/): each row's sequence is ``prefix, its
+  canvas in use, suffix`` at contiguous positions, right-padded, attended fully (no causal mask). The
+  answer at canvas position j is read from the hidden state at j, or at j - 1 for a family whose
+  logits are shifted (``model.cfg.shift``). The policy reads the shift; the loop never does.
+- ``InPlaceNoCache`` recomputes every row's whole sequence at every step: exact, the reference.
+- ``DualCache`` is Fast-dLLM's dual cache (Wu et al. 2025): at the first step of each block (and
+  after ``prepare``, which the loop calls again when the canvas grows and the suffix moves) the whole
+  sequence runs once and every layer's keys/values are kept; the block's other steps run only the
+  block (plus the position before it when logits are shifted) against those cached keys/values, with
+  the block's own recomputed. It equals ``InPlaceNoCache`` whenever every block is decided in its
+  first step (block size 1 with one token a step, or a rule that commits the whole block at once:
+  tests/model/test_hf_cache.py). It differs when a block takes several steps: the prefix, suffix and
+  other blocks' keys/values then still reflect the block as it was at its first step (masks where
+  tokens have since been committed), the approximation Fast-dLLM measured as nearly free.
 """
 
 from __future__ import annotations
@@ -130,4 +142,123 @@ class NoCache:
 
     def rows(self, state: object, idx: torch.Tensor) -> Rows:
         assert isinstance(state, Rows)
+        return state.select(idx)
+
+
+@dataclass
+class InPlaceState:
+    """Rows laid out in place: each row's ``prefix, canvas, suffix`` in one right-padded sequence."""
+
+    static: torch.Tensor  # [B, L] prefix and suffix tokens; canvas slots and padding hold anything
+    slot: torch.Tensor  # [B, L] canvas index of each canvas slot (0 elsewhere)
+    on_canvas: torch.Tensor  # [B, L] bool
+    valid: torch.Tensor  # [B, L] bool: not padding
+    start: torch.Tensor  # [B] sequence index of each row's first canvas token
+    kv: list | None = None  # DualCache: every layer's keys/values of the last refresh
+    block: tuple[int, int] | None = None  # DualCache: the block those keys/values were computed for
+
+    def select(self, idx: torch.Tensor) -> InPlaceState:
+        kv = None if self.kv is None else [(k[idx], v[idx]) for k, v in self.kv]
+        return InPlaceState(
+            self.static[idx],
+            self.slot[idx],
+            self.on_canvas[idx],
+            self.valid[idx],
+            self.start[idx],
+            kv,
+            self.block,
+        )
+
+    def sequence(self, canvas: torch.Tensor) -> torch.Tensor:
+        """[B, L] the rows' tokens with the canvas [B, W] in place."""
+        placed = canvas.gather(1, self.slot.clamp_max(canvas.shape[1] - 1))
+        return torch.where(self.on_canvas, placed, self.static)
+
+
+def in_place(rows: Rows) -> InPlaceState:
+    """The in-place state of ``rows``: canvas of ``rows.canvas_lens`` between context and suffix."""
+    B, Lc = rows.context.shape
+    dev = rows.context.device
+    lp = rows.context_lens
+    cl = rows.canvas_lens if rows.canvas_lens is not None else torch.zeros_like(lp)
+    if rows.suffix is None:
+        suffix, ls = torch.zeros((B, 1), dtype=torch.long, device=dev), torch.zeros_like(lp)
+    else:
+        suffix, ls = rows.suffix, rows.suffix_lens
+    total = lp + cl + ls  # [B]
+    pos = torch.arange(int(total.max()), device=dev)[None, :]  # [1, L]
+    in_prefix = pos < lp[:, None]
+    on_canvas = ~in_prefix & (pos < (lp + cl)[:, None])
+    in_suffix = (pos >= (lp + cl)[:, None]) & (pos < total[:, None])
+    pre = rows.context.gather(1, pos.clamp_max(Lc - 1).expand(B, -1))
+    suf = suffix.gather(1, (pos - (lp + cl)[:, None]).clamp(0, suffix.shape[1] - 1))
+    static = torch.where(in_prefix, pre, torch.where(in_suffix, suf, 0))
+    slot = (pos - lp[:, None]).clamp_min(0) * on_canvas
+    return InPlaceState(static, slot, on_canvas, pos < total[:, None], lp)
+
+
+def _read(model: torch.nn.Module, state: InPlaceState, h: torch.Tensor, only: slice, want: torch.Tensor):
+    """Logits [M, V] of the block's wanted positions from hidden states h [B, L, dim] of whole rows."""
+    n = only.stop - only.start
+    shift = int(model.cfg.shift)
+    at = state.start[:, None] + only.start - shift + torch.arange(n, device=h.device)[None, :]  # [B, n]
+    at = at.clamp(0, h.shape[1] - 1)  # positions past a row's canvas are never wanted
+    picked = h.gather(1, at[..., None].expand(-1, -1, h.shape[-1]))  # [B, n, dim]
+    return model.head(picked[want])
+
+
+@dataclass(frozen=True)
+class InPlaceNoCache:
+    """In-place infill recomputed whole at every step: the exact reference (module docstring)."""
+
+    exact: bool = True
+
+    def prepare(self, model: torch.nn.Module, rows: Rows) -> InPlaceState:
+        return in_place(rows)
+
+    @torch.no_grad()
+    def logits(self, model, state, canvas, only, draft, want) -> torch.Tensor:
+        assert isinstance(state, InPlaceState)
+        h, _ = model.encode(state.sequence(canvas), state.valid)
+        return _read(model, state, h, only, want)
+
+    def rows(self, state: object, idx: torch.Tensor) -> InPlaceState:
+        assert isinstance(state, InPlaceState)
+        return state.select(idx)
+
+
+@dataclass(frozen=True)
+class DualCache:
+    """Fast-dLLM's dual cache for in-place infill: prefix and suffix keys/values reused within a block."""
+
+    exact: bool = False
+
+    def prepare(self, model: torch.nn.Module, rows: Rows) -> InPlaceState:
+        return in_place(rows)
+
+    @torch.no_grad()
+    def logits(self, model, state, canvas, only, draft, want) -> torch.Tensor:
+        assert isinstance(state, InPlaceState)
+        seq = state.sequence(canvas)  # [B, L]
+        block = (only.start, only.stop)
+        if state.kv is None or state.block != block:  # a new block: refresh every key/value
+            h, state.kv = model.encode(seq, state.valid)
+            state.block = block
+            return _read(model, state, h, only, want)
+        B, L = seq.shape
+        shift = int(model.cfg.shift)
+        n = only.stop - only.start + shift
+        first = state.start + only.start - shift  # [B] span start (the position before the block if shifted)
+        pos = first[:, None] + torch.arange(n, device=seq.device)[None, :]  # [B, n]
+        exists = (pos >= 0) & (pos < state.valid.sum(dim=1, keepdim=True))  # [B, n]
+        pos = pos.clamp(0, L - 1)
+        idx = torch.arange(L, device=seq.device)[None, :]
+        in_span = (idx >= first[:, None]) & (idx < (first + n)[:, None])  # [B, L]
+        h = model.encode_span(
+            seq.gather(1, pos), pos, exists, state.kv, state.valid & ~in_span
+        )  # [B, n, dim]
+        return model.head(h[:, : only.stop - only.start][want])
+
+    def rows(self, state: object, idx: torch.Tensor) -> InPlaceState:
+        assert isinstance(state, InPlaceState)
         return state.select(idx)

@@ -6,6 +6,12 @@ Design decisions:
   serving dtype on load.
 - ``config.json`` carries the model shape, the inference settings (effort presets, the selectivity
   threshold the replay harness tuned) and free-form provenance (how it was trained).
+- A Hugging Face directory of an open-weight diffusion family (its ``config.json`` has no ``model``
+  and ``inference`` sections) loads through model/infer/hf/ into the same ``Checkpoint``, so every
+  command that takes ``--model DIR`` takes either; ``family`` says which.
+- The serving dtype (``serving_dtype``): ``auto`` is bf16 on CUDA and on CPUs with native bf16
+  (AVX-512 BF16 or AMX), else fp32. The check is duplicated from training's (model/train/loop.py),
+  since serving never imports training.
 """
 
 from __future__ import annotations
@@ -17,11 +23,32 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.infer.config import InferenceConfig, ModelConfig
+from model.infer.config import CONTEXT_LENGTH, InferenceConfig, ModelConfig
 from model.infer.tokenizer import Tokenizer
 from model.infer.transformer import Transformer
 
-DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
+DEFAULT_CHECKPOINT = Path(__file__).parent.parent / "checkpoints" / "default"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def bf16_native(device: str) -> bool:
+    """Whether bf16 is fast here: CUDA, or a CPU with AVX-512 BF16 or AMX."""
+    if device.startswith("cuda"):
+        return True
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def serving_dtype(name: str, device: str) -> torch.dtype:
+    """The dtype of ``--dtype NAME`` (auto, fp32, bf16, fp16) on ``device``."""
+    if name == "auto":
+        return torch.bfloat16 if bf16_native(device) else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}, got {name!r}")
+    return DTYPES[name]
 
 
 @dataclass
@@ -30,6 +57,7 @@ class Checkpoint:
     tokenizer: Tokenizer
     inference: InferenceConfig
     meta: dict = field(default_factory=dict)
+    family: str = "editserver"  # "editserver" (ours) or an open-weight family (model/infer/hf/)
 
     @property
     def config(self) -> ModelConfig:
@@ -65,9 +93,25 @@ def check_checkpoint_dir(d: Path) -> None:
 
 
 def load_checkpoint(
-    directory: str | Path | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32
+    directory: str | Path | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype | str = torch.float32,
+    max_context: int = CONTEXT_LENGTH,
 ) -> Checkpoint:
+    """Our checkpoint, or an open-weight model directory (model/infer/hf/) served at most
+    ``max_context`` tokens of context. ``dtype`` may name one (``serving_dtype``): ``"auto"`` keeps
+    our own checkpoints in fp32 (their thresholds were tuned so) and picks bf16 for open models where
+    it is native."""
     d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d} is not a directory")
+    from model.infer.hf import is_open_dir, load_open_checkpoint
+
+    if is_open_dir(d):
+        dtype = serving_dtype(dtype, device) if isinstance(dtype, str) else dtype
+        return load_open_checkpoint(d, device, dtype, max_context)
+    if isinstance(dtype, str):
+        dtype = torch.float32 if dtype == "auto" else serving_dtype(dtype, device)
     check_checkpoint_dir(d)
     cfg = json.loads((d / "config.json").read_text())
     model = Transformer(ModelConfig.from_dict(cfg["model"]))

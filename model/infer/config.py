@@ -120,7 +120,11 @@ class InferenceConfig:
     # instant (renames 85.3% exact at 16.0 tokens/step vs medium's 82.6% at 7.8; docs/experiments.md,
     # decoding rules).
     edit_effort: str | None = None
-    fim_max_tokens: int = 64  # canvas length when a request names no max_tokens
+    fim_max_tokens: int = 64  # canvas length when a request names no max_tokens; where a canvas starts
+    # A one-line FIM request's (stops hold a newline) first canvas: the setting the shipped
+    # checkpoint's FIM figures and thresholds were measured at (the LSP's 32 tokens); it grows past
+    # this only while the line goes on (model/infer/engine.py)
+    line_max_tokens: int = 32
     # The row length the model was trained on: FIM and next-edit inputs are cut to fit it as training
     # rows were (the prefix/suffix nearest the cursor; the edit prompt's outer context), since a model
     # trained on short rows has never seen longer distances. None keeps everything.

@@ -4,8 +4,12 @@ Design decisions:
 - Two request types, both plain dataclasses with no HTTP in sight: ``FimRequest`` (prefix/suffix)
   and ``EditRequest`` (an Inception next-edit prompt). The server, the replay harness and the
   benchmarks all call this one function, so they measure what users get.
-- FIM layout: ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then a canvas of ``max_tokens``
-  masks; edit layout: the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack.
+- Where the tokens sit is the model family's layout (model/infer/layout.py): for this project's
+  checkpoints ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then a canvas of ``max_tokens`` masks,
+  and for an edit the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack; for
+  open-weight families (model/infer/hf/) the canvas in place between prefix and suffix, and an edit
+  as a chat turn. The layout also names the family's cache policy; ``Engine(..., cache="exact")``
+  takes its exact reference instead. Nothing below asks which family it serves.
   With the checkpoint's ``window_tokens`` set (the row length it was trained on), inputs are cut to
   fit it exactly as training rows were: FIM keeps the prefix and suffix tokens nearest the cursor
   (``fim_window``); an edit prompt loses snippets, outer file lines and old diffs (``fit_prompt``).
@@ -21,9 +25,10 @@ Design decisions:
   (``context_length`` tokens of prompt) it is rejected with ``ContextTooLongError``; within it, a
   checkpoint with ``window_tokens`` reads only that many (the cut training used) and the completion
   says how many prompt tokens were dropped (``dropped_tokens``).
-- The canvas grows: a FIM request's canvas starts at the checkpoint's ``fim_max_tokens`` (or the
-  request's ``max_tokens`` if smaller) and gains a block at a time only while the answer goes on, so
-  a short answer costs the same whatever ``max_tokens`` a client sends.
+- The canvas grows: a FIM request's canvas starts at the checkpoint's ``fim_max_tokens`` (a one-line
+  request's at ``line_max_tokens``), or the request's ``max_tokens`` if smaller, and gains a block at
+  a time only while the answer goes on, so a short answer costs the same whatever larger
+  ``max_tokens`` a client sends.
 - Stop sequences cut the decoded text, and they also end decoding early: once the committed start of
   a row's answer (every position up to the first undecided one) holds a stop sequence, nothing after
   it can change the returned text, so the row ends there (the sampler's ``done`` hook). The text is
@@ -64,16 +69,17 @@ from pathlib import Path
 
 import torch
 
-from model.infer.cache import ContextCache, Rows
+from model.infer.cache import Rows
 from model.infer.checkpoint import Checkpoint, load_checkpoint
 from model.infer.draft import draft_region, step_drafts
 from model.infer.ensemble import outscored
+from model.infer.layout import InPlaceLayout, layout_for
 from model.infer.plan import DecodePlan, plan_for, resolve_effort
 from model.infer.rules import first_true
 from model.infer.sampler import Hooks, SampleResult, Tokens, denoise
 from model.infer.scoring import aggregate, layout_only
 from model.infer.transformer import ContextTooLongError
-from protocol.prompt import EDIT_OPEN, EditPrompt, edit_canvas_pos, fim_window, fit_prompt, parse_prompt
+from protocol.prompt import EditPrompt, parse_prompt
 
 
 @dataclass
@@ -140,17 +146,46 @@ class Completion:
 
 
 class Engine:
-    def __init__(self, checkpoint: Checkpoint, device: str = "cpu"):
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        device: str = "cpu",
+        cache: str = "default",
+        max_context: int | None = None,
+    ):
+        if cache not in ("default", "exact"):
+            raise ValueError(f"cache must be default or exact, got {cache!r}")
         self.ck = checkpoint
         self.model = checkpoint.model.to(device).eval()
         self.tok = checkpoint.tokenizer
         self.inference = checkpoint.inference
         self.device = device
-        self.context_length = self.model.cfg.max_seq_len
+        self.context_length = min(self.model.cfg.max_seq_len, max_context or self.model.cfg.max_seq_len)
+        self.layout = layout_for(checkpoint)
+        self.cache = self.layout.exact_cache if cache == "exact" else self.layout.cache
 
     @classmethod
-    def load(cls, path: str | Path | None = None, device: str = "cpu") -> Engine:
-        return cls(load_checkpoint(path, device=device), device)
+    def load(
+        cls,
+        path: str | Path | None = None,
+        device: str = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+        max_context: int | None = None,
+    ) -> Engine:
+        kw = {} if max_context is None else {"max_context": max_context}
+        return cls(load_checkpoint(path, device=device, dtype=dtype, **kw), device, max_context=max_context)
+
+    @property
+    def family(self) -> str:
+        return self.ck.family
+
+    @property
+    def dtype(self) -> str:
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
 
     @property
     def max_output_tokens(self) -> int:
@@ -174,21 +209,17 @@ class Engine:
                 f"prompt of {prompt_tokens} tokens exceeds the context window of {self.context_length} tokens"
             )
 
+    def fim_layout(self, req: FimRequest, canvas: int) -> tuple[list[int], list[int] | None, int]:
+        """Context ids, suffix ids (in-place layouts; None otherwise) and the prompt tokens the window
+        dropped, of a FIM request decoded on a ``canvas``-token canvas (model/infer/layout.py)."""
+        pre, suf = self.tok.encode(req.prefix), self.tok.encode(req.suffix)
+        self._check_prompt(len(pre) + len(suf) + self.layout.fim_overhead)
+        return self.layout.fim(pre, suf, canvas, self.inference.window_tokens)
+
     def fim_context(self, req: FimRequest, canvas: int) -> tuple[list[int], int]:
-        """The context ids of a FIM request decoded on a ``canvas``-token canvas (the training layout),
-        and how many prompt tokens the window dropped."""
-        t = self.tok
-        pre, suf = t.encode(req.prefix), t.encode(req.suffix)
-        self._check_prompt(len(pre) + len(suf) + 3)
-        window = self.inference.window_tokens
-        if window is not None:
-            # the same cut as training rows (model/train/data.py), never below half the window
-            n_pre, n_suf = fim_window(len(pre), len(suf), max(window // 2, window - min(canvas, window) - 3))
-            dropped = len(pre) - n_pre + len(suf) - n_suf
-            pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
-        else:
-            dropped = 0
-        return [t.fim_prefix_id, *pre, t.fim_suffix_id, *suf, t.fim_middle_id], dropped
+        """The context ids of a FIM request on a ``canvas``-token canvas and the prompt tokens dropped."""
+        ctx, _, dropped = self.fim_layout(req, canvas)
+        return ctx, dropped
 
     def _edit_context(self, req: EditRequest) -> tuple[list[int], EditPrompt, int, int]:
         """Context ids, the parsed prompt, the canvas length and the prompt tokens dropped."""
@@ -197,18 +228,11 @@ class Engine:
         canvas = region_tokens + self.inference.edit_slack_tokens
         if req.max_tokens is not None:
             canvas = min(canvas, req.max_tokens)
-        full = self.tok.encode(req.prompt)
-        self._check_prompt(len(full) + 1)
-        window = self.inference.window_tokens
-        # cut as training rows were (model/train/data.py); a region too long for the window keeps the
-        # whole prompt: the context still holds it, only the training distances are exceeded
-        fitted = (
-            None
-            if window is None
-            else fit_prompt(parsed, self.tok.encode, window - canvas - 1, self.tok.min_tokens)
+        ids, full, dropped = self.layout.edit(
+            req.prompt, parsed, canvas, self.inference.window_tokens, self.context_length
         )
-        ids = full if fitted is None else fitted[1]
-        return [*ids, self.tok.rewrite_id], parsed, canvas, len(full) - len(ids)
+        self._check_prompt(full)
+        return ids, parsed, canvas, dropped
 
     def _check_fits(self, prompt_tokens: int, canvas: int) -> None:
         if prompt_tokens + canvas > self.context_length:
@@ -226,7 +250,7 @@ class Engine:
 
     def plan(self, req: FimRequest | EditRequest) -> DecodePlan:
         """Everything the request's decode needs (model/infer/plan.py); ValueError on bad options."""
-        return plan_for(self.inference, req.options, self.kind_of(req), ContextCache())
+        return plan_for(self.inference, req.options, self.kind_of(req), self.cache)
 
     def resolve_effort(self, effort: str | None, edit: bool = False) -> str:
         """The effort a request runs at (model/infer/plan.py ``resolve_effort``)."""
@@ -255,41 +279,29 @@ class Engine:
         # max keeps the first of equals: a tie goes to the request's own canvas
         return [max((outs[j] for j in g), key=line_likelihood) for g in groups]
 
-    def _layout(self, reqs: list[FimRequest | EditRequest]) -> tuple[list, list[int], list, list[int]]:
-        """Each row's context ids, canvas length, parsed edit prompt (None for FIM), tokens dropped."""
-        contexts, canvas_lens, parsed, dropped = [], [], [], []
+    def _layout(self, reqs: list[FimRequest | EditRequest]) -> tuple[list, list, list[int], list, list[int]]:
+        """Each row's context ids, suffix ids (or None), canvas length, parsed edit prompt (None for
+        FIM) and prompt tokens dropped."""
+        contexts, suffixes, canvas_lens, parsed, dropped = [], [], [], [], []
         for r in reqs:
+            suf, p = None, None
             if isinstance(r, FimRequest):
                 n = self._fim_canvas(r)
                 if n < 1:
                     raise ValueError("max_tokens must be at least 1")
-                ctx, d = self.fim_context(r, n)
-                p = None
+                ctx, suf, d = self.fim_layout(r, n)
             else:
                 ctx, p, n, d = self._edit_context(r)
             contexts.append(ctx)
+            suffixes.append(suf)
             canvas_lens.append(n)
             parsed.append(p)
             dropped.append(d)
-        return contexts, canvas_lens, parsed, dropped
+        return contexts, suffixes, canvas_lens, parsed, dropped
 
-    def _rows(self, contexts: list[list[int]], canvas_lens: list[int]) -> Rows:
-        Lc = max(len(c) for c in contexts)
-        ids = torch.full((len(contexts), Lc), self.tok.eot_id, dtype=torch.long)  # [B, Lc]
-        for i, c in enumerate(contexts):
-            ids[i, : len(c)] = torch.tensor(c)
-        canvas_pos = None
-        if self.inference.edit_canvas_at_region:
-            region_open = self.tok.special_ids[EDIT_OPEN]
-            canvas_pos = torch.tensor(
-                [edit_canvas_pos(c, self.tok.rewrite_id, region_open) for c in contexts], device=self.device
-            )
-        return Rows(
-            ids.to(self.device),
-            torch.tensor([len(c) for c in contexts], device=self.device),
-            torch.tensor(canvas_lens, device=self.device),
-            canvas_pos,
-        )
+    def _rows(self, contexts: list[list[int]], canvas_lens: list[int], suffixes: list | None = None) -> Rows:
+        suffixes = suffixes if suffixes is not None else [None] * len(contexts)
+        return self.layout.rows(contexts, suffixes, canvas_lens, self.inference, self.device)
 
     def _hooks(self, reqs: list, contexts: list[list[int]], groups: list[list[int]]) -> Hooks:
         o = reqs[0].options
@@ -314,18 +326,19 @@ class Engine:
         self, reqs: list[FimRequest | EditRequest], plan: DecodePlan, groups: list[list[int]]
     ) -> list[Completion]:
         t0 = time.perf_counter()
-        contexts, canvas_lens, parsed, dropped = self._layout(reqs)
+        contexts, suffixes, canvas_lens, parsed, dropped = self._layout(reqs)
         canvas_len = max(canvas_lens)
         first = None
-        if plan.kind != "edit":  # the canvas grows from the checkpoint's FIM canvas (module docstring)
-            first = max(min(n, self.inference.fim_max_tokens) for n in canvas_lens)
-        for ctx in contexts:
-            self._check_fits(len(ctx), canvas_len if first is None else first)
+        if plan.kind != "edit":  # the canvas grows from the checkpoint's first canvas (module docstring)
+            start = self.inference.line_max_tokens if plan.kind == "line" else self.inference.fim_max_tokens
+            first = max(min(n, start) for n in canvas_lens)
+        for ctx, suf in zip(contexts, suffixes):
+            self._check_fits(len(ctx) + len(suf or ()), canvas_len if first is None else first)
         # read at every decode, not once at load: ``self.inference`` may be replaced (server overrides)
         self.model.draft_bias = self.inference.draft_bias
         res = denoise(
             self.model,
-            self._rows(contexts, canvas_lens),
+            self._rows(contexts, canvas_lens, suffixes),
             canvas_len,
             plan,
             Tokens(self.tok.mask_id, self.tok.eot_id, tuple(self.suppressed_ids())),
@@ -340,6 +353,7 @@ class Engine:
             c.dropped_tokens = dropped[i]
             p = parsed[i]
             if p is not None:
+                c.text = self.layout.answer(c.text)
                 c.region = p.region
                 c.unchanged = c.text == p.region or layout_only(p.region, c.text)
                 c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold
@@ -395,6 +409,8 @@ class Engine:
         tokens < k written and the rest still masked (teacher forcing), the state a block-of-one
         decode meets at each step, so it tracks what greedy decoding can get right."""
         n = req.max_tokens if req.max_tokens is not None else self.inference.fim_max_tokens
+        if isinstance(self.layout, InPlaceLayout):
+            return self._middle_ce_in_place(req, middle, n, left_to_right)
         ctx, _ = self.fim_context(req, n)
         target = [*self.tok.encode(middle), self.tok.eot_id][:n]
         T = len(target)
@@ -412,6 +428,25 @@ class Engine:
             logits_index=(which.to(self.device), torch.tensor(scored_at, device=self.device)),
         ).float()  # [T, V]; only these positions are projected, as training does
         # over the tokens the sampler may propose: never the mask or a layout tag (denoise)
+        scored[:, [mask, *self.suppressed_ids()]] = float("-inf")
+        return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
+
+    def _middle_ce_in_place(self, req: FimRequest, middle: str, n: int, left_to_right: bool) -> float:
+        """``middle_ce`` on an in-place layout, through its exact cache policy (one row per state)."""
+        ctx, suf, _ = self.fim_layout(req, n)
+        target = [*self.tok.encode(middle), self.tok.eot_id][:n]
+        T, mask = len(target), self.tok.mask_id
+        canvases = [target[:k] + [mask] * (n - k) for k in range(T)] if left_to_right else [[mask] * n]
+        R = len(canvases)
+        policy = self.layout.exact_cache
+        state = policy.prepare(self.model, self._rows([ctx] * R, [n] * R, [suf] * R))
+        want = torch.zeros((R, n), dtype=torch.bool, device=self.device)  # [R, n]
+        if left_to_right:
+            want[torch.arange(T), torch.arange(T)] = True
+        else:
+            want[0, :T] = True
+        canvas = torch.tensor(canvases, device=self.device)  # [R, n]
+        scored = policy.logits(self.model, state, canvas, slice(0, n), None, want).float()  # [T, V]
         scored[:, [mask, *self.suppressed_ids()]] = float("-inf")
         return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
 

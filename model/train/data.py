@@ -129,6 +129,11 @@ class RowBuilder:
             suf = "".join(lines[j:])
         if not mid.strip():
             return None
+        return self.fim_row(pre, mid, suf)
+
+    def fim_row(self, pre: str, mid: str, suf: str) -> Row | None:
+        """``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then the middle padded with end-of-text,
+        prefix and suffix cut to fit (``fim_window``); None for a middle over 96 tokens."""
         mid_ids = self.tok.encode(mid)
         if len(mid_ids) > 96:
             return None

@@ -59,4 +59,4 @@ def test_flags_come_from_the_typed_options_and_back() -> None:
     got = from_args(_Outer, p.parse_args(["a", "b", "--json", "x.json", "--no-color", "--depth", "5"]))
     assert got == _Outer(["a", "b"], Path("x.json"), 0.5, False, _Inner(5, 7))
     assert from_args(_Outer, p.parse_args([])) == _Outer()
-    assert "(default: 0.5)" in p.format_help() and "hidden" not in p.format_help()
+    assert "(default 0.5)" in p.format_help() and "hidden" not in p.format_help()

@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from editserver.bench.load import LocalServer
+from protocol.postprocess import trim
 from protocol.prompt import format_edit_response
 
 KEY = "test-key-123"
@@ -164,7 +165,10 @@ def test_fim_continue_body_streamed(server):
 
 def test_fim_include_usage_and_stop(server):
     base = {"prompt": "class Point:\n    def __init__(self, x, y):\n", "max_tokens": 24}
-    text = httpx.post(f"{server.url}/v1/fim/completions", json=base, timeout=60).json()["choices"][0]["text"]
+    # the model's own text (``choices`` carries it after protocol/postprocess.py's rules)
+    text = httpx.post(f"{server.url}/v1/fim/completions", json=base, timeout=60).json()["editserver"][
+        "suggestion"
+    ]
     assert len(text) >= 4
     stop = text[2:4]  # cut at a sequence we know the (deterministic, greedy) model writes
     body = {**base, "stop": [stop], "stream": True, "stream_options": {"include_usage": True}}
@@ -175,7 +179,10 @@ def test_fim_include_usage_and_stop(server):
     usage = chunks[-1]
     assert usage["choices"] == [] and usage["usage"]["total_tokens"] > 0
     assert all(c["usage"] is None for c in chunks[:-1])
-    assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == text[: text.find(stop)]
+    assert (
+        "".join(c["choices"][0]["text"] for c in chunks[:-1])
+        == trim(text[: text.find(stop)], base["prompt"], "").text
+    )
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from editserver.bench.load import LocalServer
 from model.infer.checkpoint import update_inference_config
+from protocol.postprocess import trim
 from tests.editserver.test_server import ZED_PROMPT, sse
 
 BODY = {"model": "mercury-coder", "prompt": "class Point:\n    def __init__(self, x, y):\n", "max_tokens": 16}
@@ -66,8 +67,11 @@ def test_below_the_threshold_is_answered_empty_with_the_model_text_aside(shown, 
     text, info = a["choices"][0]["text"], a["editserver"]
     assert text.strip() and info["score"] < 1.0, "the precondition: a non-blank answer below 1.0"
     assert info["outcome"] == "shown" and info["suppressed"] is False and info["above_threshold"] is True
-    assert info["threshold"] == 0.0 and info["suggestion"] == text
-    assert a["choices"][0]["finish_reason"] == info["model_finish_reason"]
+    # shown text = the model's text after the shared post-processing (protocol/postprocess.py)
+    assert info["threshold"] == 0.0 and info["postprocess"]["model_text"] == info["suggestion"]
+    assert text == trim(info["suggestion"], BODY["prompt"], "").text
+    trimmed = bool(info["postprocess"]["trimmed"])
+    assert a["choices"][0]["finish_reason"] == ("stop" if trimmed else info["model_finish_reason"])
     assert b["choices"][0] == {"index": 0, "text": "", "finish_reason": "stop", "logprobs": None}
     got = b["editserver"]
     assert (got["outcome"], got["suppressed"], got["above_threshold"], got["threshold"]) == (
@@ -79,7 +83,7 @@ def test_below_the_threshold_is_answered_empty_with_the_model_text_aside(shown, 
     # the same model work, reported the same way: the score, the model's text and finish, the usage
     assert (got["score"], got["suggestion"], got["model_finish_reason"]) == (
         info["score"],
-        text,
+        info["suggestion"],
         info["model_finish_reason"],
     )
     assert b["usage"] == a["usage"]
@@ -115,7 +119,7 @@ def test_openai_client_gets_an_empty_completion(strict):
 
 
 def test_a_blank_answer_is_empty_whatever_the_threshold(shown):
-    text = fim(shown)["choices"][0]["text"]
+    text = fim(shown)["editserver"]["suggestion"]  # the model's own text, before post-processing
     d = fim(shown, stop=[text[0]])  # the answer is cut before its first character
     assert d["choices"][0]["text"] == "" and d["choices"][0]["finish_reason"] == "stop"
     info = d["editserver"]

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bench_runs_on_cpu(tiny_checkpoint, tmp_path):
     out_json = tmp_path / "bench.json"
     cmd = [
-        sys.executable, "-m", "editserver.cli.main", "bench", "kernels",
+        sys.executable, "-m", "editserver.cli", "bench", "kernels",
         "--model", str(tiny_checkpoint), "--threads", "1", "--repeat", "1", "--contexts", "64",
         "--batches", "1,2", "--canvas", "8", "--max-tokens", "8", "--e2e-repeat", "1", "--json", str(out_json),
     ]  # fmt: skip
@@ -44,7 +44,7 @@ def test_bench_runs_on_cpu(tiny_checkpoint, tmp_path):
 
 
 def _bench(args: list[str], out_json: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    cmd = [sys.executable, "-m", "editserver.cli.main", "bench", "kernels", *args, "--json", str(out_json)]
+    cmd = [sys.executable, "-m", "editserver.cli", "bench", "kernels", *args, "--json", str(out_json)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

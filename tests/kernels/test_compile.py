@@ -1,5 +1,6 @@
 """Every kernel compiles through Triton's whole GPU pipeline (down to a cubin) for an H100 target,
-on this machine, with no GPU: catches what the interpreter cannot (compile errors, unsupported ops)."""
+on this machine, with no GPU: catches what the interpreter cannot (compile errors, unsupported ops),
+also at the widths of 7B/8B open-weight models."""
 
 from __future__ import annotations
 
@@ -26,3 +27,7 @@ def test_kernels_compile_for_sm90():
     # the served configuration (bf16, head dim 64) must not spill registers
     att = next(line for line in lines if line.split()[2] == "attention" and "bf16 D=64" in line)
     assert "spill-stack    0" in att, att
+    # 7B/8B widths in bf16 (head dim 128, 28/4 and 32/32 heads, hidden 3584) compile without spills
+    for name in ("qwen2-7b G=7", "llada-8b G=1", "rotary bf16 D=128 qwen2-7b", "N=3584"):
+        line = next((line for line in lines if name in line), None)
+        assert line is not None and "spill-stack    0" in line, (name, proc.stdout)

@@ -1,0 +1,185 @@
+"""Open-weight diffusion model families: what config.json says, and how each family's weights map to ours.
+
+Design decisions:
+- A family is detected from ``config.json`` alone (``model_type``/``architectures``), plus the
+  tokenizer's mask token for a Qwen2-layout directory. Anything else is refused with the list of
+  supported families; nothing from the directory is ever imported or run (no remote code).
+- One ``OpenConfig`` describes every family to our own transformer (model/infer/hf/model.py): the
+  shapes, the rotary base, whether q/k/v carry a bias, whether logits are shifted (position i
+  predicts token i + 1) and the special ids.
+- Weight names are rewritten to one internal layout (the Qwen2 names without the ``model.`` prefix)
+  by a per-family function, so the loader and the module know no family.
+
+What was checked against the published files (2026-12-02, read through the search tool, nothing copied):
+- Dream / Dream-Coder / DiffuCoder (``configuration_dream.py``, ``modeling_dream.py``,
+  ``generation_utils.py``): model_type "Dream", architectures ["DreamModel"], Qwen2 blocks
+  (q/k/v bias, RMSNorm, rotary with ``rope_theta`` from the config, GQA, SwiGLU), weights
+  ``model.embed_tokens``, ``model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
+  post_attention_layernorm, mlp.{gate,up,down}_proj}``, ``model.norm``, ``lm_head`` (absent when
+  ``tie_word_embeddings``); mask 151666, end of text 151643 (also the pad), turn end 151645;
+  DiffuCoder pads with its own ``<|dlm_pad|>`` (its ``pad_token_id``). Generation shifts logits one
+  to the right (``cat([logits[:, :1], logits[:, :-1]])``): the answer at position i is read from i - 1.
+- LLaDA / LLaDA-1.5 (``configuration_llada.py``, ``modeling_llada.py``): model_type "llada",
+  architectures ["LLaDAModelLM"], OLMo names ``d_model, n_layers, n_heads, n_kv_heads,
+  mlp_hidden_size, rope_theta, rms_norm_eps, max_sequence_length, include_bias, weight_tying,
+  embedding_size``; weights ``model.transformer.{wte, blocks.N.{attn_norm, q_proj, k_proj, v_proj,
+  attn_out, ff_norm, ff_proj, up_proj, ff_out}, ln_f, ff_out}``; the block computes
+  ``ff_out(silu(ff_proj(x)) * up_proj(x))``; mask 126336, end of text 126081; logits not shifted.
+- Open-dCoder: a plain Qwen2 directory (model_type "qwen2") whose tokenizer holds a mask token;
+  shifted like Dream (it continues a causal Qwen2.5-Coder).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SUPPORTED = (
+    "Dream / Dream-Coder / DiffuCoder (model_type 'Dream')",
+    "Open-dCoder (model_type 'qwen2' with a mask token in its tokenizer)",
+    "LLaDA / LLaDA-1.5 (model_type 'llada')",
+)
+MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>")
+
+
+class UnsupportedModelError(ValueError):
+    """A directory this server cannot run (unknown family, no mask token, bad layout)."""
+
+
+@dataclass(frozen=True)
+class OpenConfig:
+    """What our transformer needs to run an open-weight family (model/infer/hf/model.py)."""
+
+    family: str  # "dream" | "open-dcoder" | "llada"
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    rope_theta: float
+    norm_eps: float
+    qkv_bias: bool
+    tie_embeddings: bool
+    max_position_embeddings: int
+    shift: bool  # logits at position i predict token i + 1
+    mask_id: int
+    max_seq_len: int = 0  # the context served: max_position_embeddings capped by the server
+    canvas_draft: bool = False  # our own next-edit draft input; open models have none
+
+
+def _rope_theta(cfg: dict, default: float) -> float:
+    scaling = cfg.get("rope_scaling")
+    if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
+        raise UnsupportedModelError(f"rotary scaling {scaling!r} is not supported")
+    params = cfg.get("rope_parameters") or {}
+    return float(cfg.get("rope_theta", params.get("rope_theta", default)))
+
+
+def _qwen2(cfg: dict, family: str, mask_id: int) -> OpenConfig:
+    dim, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    return OpenConfig(
+        family=family,
+        vocab_size=int(cfg["vocab_size"]),
+        dim=dim,
+        n_layers=int(cfg["num_hidden_layers"]),
+        n_heads=heads,
+        n_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or dim // heads),
+        ffn_dim=int(cfg["intermediate_size"]),
+        rope_theta=_rope_theta(cfg, 10000.0),
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        qkv_bias=True,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 32768)),
+        shift=True,
+        mask_id=mask_id,
+    )
+
+
+def _llada(cfg: dict, mask_id: int) -> OpenConfig:
+    dim, heads = int(cfg["d_model"]), int(cfg["n_heads"])
+    if cfg.get("include_bias") or cfg.get("alibi") or cfg.get("attention_layer_norm"):
+        raise UnsupportedModelError("LLaDA variants with biases, ALiBi or q/k norms are not supported")
+    return OpenConfig(
+        family="llada",
+        vocab_size=int(cfg.get("embedding_size") or cfg["vocab_size"]),
+        dim=dim,
+        n_layers=int(cfg["n_layers"]),
+        n_heads=heads,
+        n_kv_heads=int(cfg.get("n_kv_heads") or heads),
+        head_dim=dim // heads,
+        ffn_dim=int(cfg["mlp_hidden_size"]),
+        rope_theta=_rope_theta(cfg, 10000.0),
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+        qkv_bias=False,
+        tie_embeddings=bool(cfg.get("weight_tying", False)),
+        max_position_embeddings=int(cfg.get("max_sequence_length", 4096)),
+        shift=False,
+        mask_id=mask_id,
+    )
+
+
+def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
+    """The family of a Hugging Face ``config.json``; UnsupportedModelError for anything else."""
+    mtype = str(cfg.get("model_type", "")).lower()
+    archs = [str(a) for a in cfg.get("architectures") or []]
+    if mtype == "dream" or "DreamModel" in archs:
+        mask = cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else 151666)
+        return _qwen2(cfg, "dream", int(mask))
+    if mtype == "llada" or "LLaDAModelLM" in archs:
+        return _llada(cfg, int(cfg.get("mask_token_id", 126336)))
+    if mtype in ("qwen2", "llama", "mistral", "qwen3", "gpt2") or any("CausalLM" in a for a in archs):
+        if mtype == "qwen2" and (tokenizer_mask_id is not None or cfg.get("mask_token_id") is not None):
+            mask = cfg.get("mask_token_id", tokenizer_mask_id)
+            return _qwen2(cfg, "open-dcoder", int(mask))
+        raise UnsupportedModelError(
+            f"this directory holds an autoregressive model (model_type {mtype!r}) without a mask token; "
+            f"it cannot fill a diffusion canvas. Supported families: {'; '.join(SUPPORTED)}"
+        )
+    raise UnsupportedModelError(
+        f"unknown model family (model_type {mtype!r}, architectures {archs}); "
+        f"supported families: {'; '.join(SUPPORTED)}"
+    )
+
+
+_QWEN2 = re.compile(r"^model\.(.+)$")
+_LLADA_BLOCK = {
+    "attn_norm": "input_layernorm",
+    "q_proj": "self_attn.q_proj",
+    "k_proj": "self_attn.k_proj",
+    "v_proj": "self_attn.v_proj",
+    "attn_out": "self_attn.o_proj",
+    "ff_norm": "post_attention_layernorm",
+    "ff_proj": "mlp.gate_proj",  # the branch through SiLU
+    "up_proj": "mlp.up_proj",
+    "ff_out": "mlp.down_proj",
+}
+_LLADA_TOP = {"wte": "embed_tokens", "ln_f": "norm", "ff_out": "lm_head"}
+
+
+def qwen2_name(name: str) -> str | None:
+    """Our name of a Dream/Qwen2 tensor; None for tensors we do not use (rotary buffers)."""
+    if name.endswith("rotary_emb.inv_freq"):
+        return None
+    if name == "lm_head.weight":
+        return name
+    m = _QWEN2.match(name)
+    return m.group(1) if m else name
+
+
+def llada_name(name: str) -> str | None:
+    """Our name of a LLaDA (OLMo-layout) tensor."""
+    m = re.match(r"^model\.transformer\.blocks\.(\d+)\.(\w+)\.(weight|bias)$", name)
+    if m and m.group(2) in _LLADA_BLOCK:
+        return f"layers.{m.group(1)}.{_LLADA_BLOCK[m.group(2)]}.{m.group(3)}"
+    m = re.match(r"^model\.transformer\.(\w+)\.(weight|bias)$", name)
+    if m and m.group(1) in _LLADA_TOP:
+        return f"{_LLADA_TOP[m.group(1)]}.{m.group(2)}"
+    return name
+
+
+def renamer(family: str) -> Callable[[str], str | None]:
+    return llada_name if family == "llada" else qwen2_name
