@@ -201,6 +201,7 @@ def corpus_rows(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from model.infer.checkpoint import DEFAULT_CHECKPOINT, check_checkpoint_dir
+    from model.infer.hf import is_open_dir
 
     if args.run is None:
         args.run = DEFAULT_HOME / (f"repo-{args.repo.resolve().name}" if args.repo else "run")
@@ -215,6 +216,11 @@ def run(args: argparse.Namespace) -> int:
                 check_checkpoint_dir(d)
         except FileNotFoundError as e:
             return _fail(f"{flag}: {e}")
+        if d is not None and is_open_dir(Path(d)):
+            return _fail(
+                f"{flag}: {d} is an open-weight model directory; `editserver train` trains this project's "
+                "checkpoints only (`editserver align --lora R` adapts an open-weight model)"
+            )
     fine_tune = args.repo is not None
     args.steps = args.steps or (300 if fine_tune else 100_000)
     args.lr = args.lr or (3e-4 if fine_tune else 1.5e-3)

@@ -104,7 +104,7 @@ def load_checkpoint(
     it is native."""
     d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
     if not d.is_dir():
-        raise FileNotFoundError(f"{d} is not a directory")
+        raise FileNotFoundError(f"{d} is not a checkpoint directory (no such directory)")
     from model.infer.hf import is_open_dir, load_open_checkpoint
 
     if is_open_dir(d):

@@ -122,3 +122,14 @@ def test_bad_directories_exit_2_with_one_line(tmp_path):
     lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith("{")]
     assert len(lines) == 1 and "cannot load the model" in lines[0], r.stderr
     assert "supported families" in lines[0]
+
+
+def test_train_refuses_an_open_weight_directory(tmp_path) -> None:
+    """`editserver train --init` trains this project's checkpoints: an open-weight directory is
+    refused up front with one line, not a traceback from deep in the training loop."""
+    d = tmp_path / "dream"
+    make_dream(d)
+    cmd = [sys.executable, "-m", "editserver.cli", "train", "--init", str(d), "--run", str(tmp_path / "r")]
+    r = subprocess.run(cmd + ["--steps", "1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "open-weight model directory" in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
