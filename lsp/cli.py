@@ -1,8 +1,9 @@
 """``editserver lsp``: the language server over stdio (or TCP for debugging).
 
 Design decisions:
-- Flags are the fixed contract with the editor extensions: ``--server-url`` (default
-  http://127.0.0.1:8000), ``--no-autostart``, ``--model DIR`` (for the autostarted ``editserver
+- Flags are the fixed contract with the editor extensions: ``--server-url`` (default: an
+  autostarted server on a free port of its own; http://127.0.0.1:8000 with ``--no-autostart``),
+  ``--no-autostart``, ``--model DIR`` (for the autostarted ``editserver
   serve``), ``--tcp PORT``, ``--log-file PATH``. CLI flags set the defaults; ``initializationOptions``
   from the editor may still override server URL and autostart.
 - Logs never go to stdout (that is the protocol channel): to ``--log-file`` when given, else stderr
@@ -16,7 +17,11 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--server-url", default=None, help="editserver HTTP API (default http://127.0.0.1:8000)")
+    p.add_argument(
+        "--server-url",
+        default=None,
+        help="editserver HTTP API (default: an autostarted server of our own on a free port)",
+    )
     p.add_argument("--no-autostart", action="store_true", help="never start `editserver serve` ourselves")
     p.add_argument("--model", default=None, help="checkpoint directory for the autostarted server")
     p.add_argument(
@@ -43,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         autostart=False if args.no_autostart else None,
         model_dir=args.model,
     )
+    server.log_file = args.log_file
     try:
         if args.tcp is not None:
             server.start_tcp("127.0.0.1", args.tcp)

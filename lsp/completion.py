@@ -4,13 +4,9 @@ Design decisions:
 - Prefix and suffix are cut at line boundaries within character budgets; definitions of identifiers
   near the cursor, found in *other* open documents, are prepended to the prefix as a comment block in
   the file's language (so the prefix stays valid code for the model).
-- Post-processing (pure functions, unit-tested without a model): broken characters (U+FFFD from
-  tokens that do not decode, control characters) are dropped;
-  single line when the cursor is mid-line or the line does not open a block, multi-line (up to
-  ``MAX_LINES``, stopping where the code dedents below the cursor's block) otherwise; trailing text that
-  repeats the start of the suffix is dropped (overlap), as are closing brackets the rest of the line
-  already has and lines that repeat the suffix's next line; indentation is converted to the file's
-  style (tabs or spaces of its width); the first line loses indentation the cursor already typed.
+- Post-processing is protocol/postprocess.py, the same rules the HTTP server applies to every FIM
+  answer (so Zed or curl get what the editor shows); here it runs again with the file's indentation
+  style, which only the LSP knows. The rules are idempotent, so the double pass changes nothing else.
 - Debounce and staleness: each request sleeps ``debounceMs`` first, and is answered empty if a newer
   keystroke (document version) or a newer request for the same document arrived meanwhile; the newer
   request also cancels the older one's HTTP call. ``$/cancelRequest`` cancels the handler's task,
@@ -28,152 +24,14 @@ from typing import TYPE_CHECKING
 
 from lsp.context import definitions_for, grammar_name
 from lsp.documents import Document
+from protocol.postprocess import indent_style, multiline_allowed, postprocess
+
+__all__ = ["indent_style", "multiline_allowed", "postprocess", "FimScheduler", "answer"]
 
 if TYPE_CHECKING:
     from lsp.server import EditLanguageServer
 
-MAX_LINES = 12
-_OPENERS = {"(": ")", "[": "]", "{": "}"}
-_CLOSERS = {v: k for k, v in _OPENERS.items()}
-_BLOCK_OPENERS = {
-    "python": (":", "(", "[", "{", ","),
-}
-_C_BLOCK = ("{", "(", "[", "=>", ",")
 _COMMENT = {"python": "#", "go": "//", "rust": "//", "javascript": "//", "typescript": "//", "tsx": "//"}
-
-
-def indent_of(line: str) -> str:
-    return line[: len(line) - len(line.lstrip(" \t"))]
-
-
-def indent_style(text: str) -> tuple[str, int]:
-    """("\\t", 0) for tab-indented files, (" ", width) for spaces (width of the smallest indent step)."""
-    tabs = spaces = 0
-    widths: dict[int, int] = {}
-    for line in text.splitlines()[:2000]:
-        ind = indent_of(line)
-        if not ind or not line.strip():
-            continue
-        if ind.startswith("\t"):
-            tabs += 1
-        else:
-            spaces += 1
-            widths[len(ind)] = widths.get(len(ind), 0) + 1
-    if tabs > spaces:
-        return "\t", 0
-    width = min(widths) if widths else 4
-    return " ", width if width in (2, 3, 4, 8) else 4
-
-
-def _convert_indent(line: str, style: tuple[str, int]) -> str:
-    ind = indent_of(line)
-    if not ind:
-        return line
-    char, width = style
-    width = width or 4
-    if char == "\t" and " " in ind:
-        cols = sum(width if c == "\t" else 1 for c in ind)
-        ind = "\t" * (cols // width) + " " * (cols % width)
-    elif char == " " and "\t" in ind:
-        ind = ind.replace("\t", " " * width)
-    return ind + line[len(indent_of(line)) :]
-
-
-def _clean(text: str) -> str:
-    """Drop broken characters: U+FFFD (tokens that do not decode to whole UTF-8 characters) and control
-    characters other than tab/newline. Inserting them would corrupt the user's file."""
-    return "".join(ch for ch in text if ch != "\ufffd" and (ord(ch) >= 32 or ch in "\t\n") and ord(ch) != 127)
-
-
-def multiline_allowed(line_prefix: str, line_suffix: str, language: str) -> bool:
-    """Multi-line only at the end of a line that is empty so far or that opens a block."""
-    if line_suffix.strip():
-        return False
-    stripped = line_prefix.rstrip()
-    if not stripped:
-        return True
-    return stripped.endswith(_BLOCK_OPENERS.get(language, _C_BLOCK))
-
-
-def _overlap(text: str, suffix: str) -> int:
-    """Length of the longest tail of ``text`` equal to a head of ``suffix``. Short overlaps count only
-    when they are punctuation (``)``, ``";``): a shared letter or two is more often a coincidence
-    (``x + y`` before ``y + 1``) than a repeat."""
-    best = 0
-    for k in range(1, min(len(text), len(suffix), 400) + 1):
-        head = suffix[:k]
-        if text.endswith(head) and head.strip():
-            if k >= 3 or not any(ch.isalnum() or ch == "_" for ch in head):
-                best = k
-    return best
-
-
-def postprocess(
-    completion: str,
-    line_prefix: str,
-    suffix: str,
-    language: str,
-    style: tuple[str, int] = (" ", 4),
-) -> str:
-    """Clean a raw FIM completion for insertion at the cursor; "" means nothing worth showing."""
-    text = _clean(completion.replace("\r\n", "\n"))
-    line_suffix = suffix.split("\n", 1)[0]
-    if not multiline_allowed(line_prefix, line_suffix, language):
-        text = text.split("\n", 1)[0]
-    else:
-        lines = text.split("\n")
-        opens_block = bool(line_prefix.strip())  # multi-line after text only when the line opens a block
-        base = (
-            len(indent_of(line_prefix).expandtabs(style[1] or 4))
-            if opens_block
-            else len(line_prefix.expandtabs(style[1] or 4))
-        )
-        next_line = next((ln.strip() for ln in suffix.split("\n")[1:] if ln.strip()), "")
-        kept = [lines[0]]
-        for ln in lines[1:]:
-            if ln.strip():
-                depth = len(indent_of(ln).expandtabs(style[1] or 4))
-                if depth < base or (opens_block and depth <= base):
-                    break  # dedented out of the cursor's block: the rest belongs elsewhere
-                if next_line and ln.strip() == next_line:
-                    break  # the suffix already has this line
-            kept.append(ln)
-            if len(kept) >= MAX_LINES:
-                break
-        text = "\n".join(kept)
-        text = "\n".join([text.split("\n")[0]] + [_convert_indent(ln, style) for ln in text.split("\n")[1:]])
-    if line_prefix and not line_prefix.strip():
-        text = text.lstrip(" \t")  # the cursor already stands at the line's indentation
-    text = "\n".join(ln.rstrip() for ln in text.split("\n")).rstrip("\n")
-    # text that merely repeats what follows the cursor
-    k = _overlap(text, suffix.lstrip(" \t") if not line_suffix.strip() else line_suffix)
-    if k:
-        text = text[:-k].rstrip(" \t")
-    # closing brackets the rest of the line already has
-    text = _drop_duplicate_closers(line_prefix, text, line_suffix)
-    return text if text.strip() else ""
-
-
-def _drop_duplicate_closers(line_prefix: str, text: str, line_suffix: str) -> str:
-    ahead = line_suffix.lstrip()
-    if not ahead or ahead[0] not in _CLOSERS:
-        return text
-    depth = {c: 0 for c in _OPENERS}
-    for ch in line_prefix + text:
-        if ch in _OPENERS:
-            depth[ch] += 1
-        elif ch in _CLOSERS:
-            depth[_CLOSERS[ch]] -= 1
-    stripped = text.rstrip()
-    while (
-        stripped
-        and stripped[-1] in _CLOSERS
-        and depth[_CLOSERS[stripped[-1]]] < 0
-        and ahead[:1] == stripped[-1]
-    ):
-        depth[_CLOSERS[stripped[-1]]] += 1
-        stripped = stripped[:-1].rstrip()
-    return stripped if stripped != text.rstrip() else text
 
 
 def context_header(language: str, snippets: list[tuple[str, str]], budget: int) -> str:
@@ -306,7 +164,7 @@ async def answer(
     ls.send_status()
     if raw is None:
         return None
-    text = postprocess(raw, line_prefix, suffix, grammar, indent_style(doc.text))
+    text = postprocess(raw, prefix, suffix, grammar, indent_style(doc.text))
     if not text:
         return None
     cid = ls.fim.remember(doc.uri, prefix, suffix, text)

@@ -316,6 +316,30 @@ def definitions_for(
     return out
 
 
+_OWN_OBJECTS = {b"self", b"cls", b"this"}
+
+
+def foreign_attribute(node: ts.Node) -> bool:
+    """``textwrap.shorten``'s ``shorten``: a name looked up on another object (a module, a value),
+    which a rename of our own ``shorten`` must leave alone; ``self.x``/``this.x`` stay ours."""
+    parent = node.parent
+    if parent is None or parent.type not in (
+        "attribute",
+        "member_expression",
+        "field_expression",
+        "selector_expression",
+    ):
+        return False
+    obj = (
+        parent.child_by_field_name("object")
+        or parent.child_by_field_name("value")
+        or parent.child_by_field_name("operand")
+    )
+    if obj is None or obj.id == node.id:
+        return False
+    return obj.text not in _OWN_OBJECTS
+
+
 def candidate_regions(
     doc: Document,
     parsed: ParsedDocument | None,
@@ -330,7 +354,7 @@ def candidate_regions(
     hits = [
         n.start_point.row
         for n in parsed.identifiers()
-        if n.text is not None and n.text.decode("utf-8", "replace") in names
+        if n.text is not None and n.text.decode("utf-8", "replace") in names and not foreign_attribute(n)
     ]
     regions: list[Region] = []
     for row in sorted(set(hits), key=lambda r: (abs(r - exclude.first_line), r)):

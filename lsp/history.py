@@ -11,6 +11,11 @@ Design decisions:
 - Bounded per workspace (``max_events``, newest last); events whose net effect is nothing (typed then
   deleted) are dropped when rendered.
 - The clock is injectable so tests (and the replay of recorded edit histories) are deterministic.
+- ``marker()`` / ``since(marker)``: the events a next-edit request has not yet seen (new events, or
+  the newest one grown by coalescing), so automatic requests follow only fresh edits.
+- ``propagation(events)``: whether fresh edits could need edits elsewhere: an identifier substituted
+  (rename, changed call), a literal changed (string or number), or a definition header edited
+  (checked by the caller with the syntax tree). Anything else (typing new code, deleting) asks no model.
 - Recently viewed snippets: a small LRU of (file, code near where the user was) updated when files
   are opened and whenever a request names a position, excluding the current file at prompt time.
 """
@@ -19,13 +24,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from protocol.prompt import Snippet, unified_diff
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LITERAL = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|\b\d+(?:\.\d+)?\b")
+Marker = tuple[int, int, str]  # (event sequence number, its change count, its text then)
 
 
 @dataclass
@@ -39,6 +46,7 @@ class EditEvent:
     started: float
     updated: float
     changes: int = 1
+    seq: int = 0  # creation order, for markers
 
     def diff(self) -> str:
         return unified_diff(self.path, self.before, self.after)
@@ -62,6 +70,7 @@ class EditHistory:
         self.coalesce_lines = coalesce_lines
         self.clock = clock
         self.events: list[EditEvent] = []
+        self._seq = 0
 
     def record(self, uri: str, path: str, before: str, after: str, start: int, new_end: int) -> EditEvent:
         """Record that ``uri`` went from ``before`` to ``after`` by a change spanning code point offsets
@@ -85,7 +94,8 @@ class EditHistory:
             ev.first_line, ev.last_line = min(ev.first_line, first), max(ev.last_line, last)
             ev.updated, ev.changes = now, ev.changes + 1
             return ev
-        ev = EditEvent(uri, path, before, after, first, last, now, now)
+        self._seq += 1
+        ev = EditEvent(uri, path, before, after, first, last, now, now, seq=self._seq)
         self.events.append(ev)
         del self.events[: -self.max_events]
         return ev
@@ -109,16 +119,59 @@ class EditHistory:
         removed: set[str] = set()
         added: set[str] = set()
         for e in self.recent(n):
-            minus, plus = set(), set()
-            for line in e.diff().splitlines():
-                if line.startswith("-") and not line.startswith("---"):
-                    minus.update(_IDENT.findall(line[1:]))
-                elif line.startswith("+") and not line.startswith("+++"):
-                    plus.update(_IDENT.findall(line[1:]))
+            m_side, p_side = _diff_sides(e)
+            # counted: a renamed name may still appear on the line (`arg = f(arg)` -> `item = f(arg)`)
+            minus, plus = Counter(_IDENT.findall(m_side)), Counter(_IDENT.findall(p_side))
             if plus - minus:  # a substitution (rename, changed call); a pure deletion stales nothing
-                removed |= minus - plus
-            added |= plus - minus
+                removed |= set(minus - plus)
+            added |= set(plus - minus)
         return removed - added, added - removed
+
+    def marker(self) -> Marker:
+        """Where the history stands now (see ``since``)."""
+        ev = self.events[-1] if self.events else None
+        return (ev.seq, ev.changes, ev.after) if ev is not None else (0, 0, "")
+
+    def since(self, marker: Marker | None, uri: str | None = None) -> list[EditEvent]:
+        """Events recorded after ``marker``, oldest first (all for None); an event that grew by
+        coalescing since then counts with only its growth (from its text at the marker)."""
+        seq, changes, then = marker or (0, 0, "")
+        out = []
+        for e in self.events:
+            if uri is not None and e.uri != uri:
+                continue
+            if e.seq == seq and e.changes > changes:
+                e = EditEvent(e.uri, e.path, then, e.after, e.first_line, e.last_line, e.started, e.updated)
+            elif e.seq <= seq:
+                continue
+            if e.before != e.after:
+                out.append(e)
+        return out
+
+
+def _diff_sides(e: EditEvent) -> tuple[str, str]:
+    minus, plus = [], []
+    for line in e.diff().splitlines():
+        if line.startswith("-") and not line.startswith("---"):
+            minus.append(line[1:])
+        elif line.startswith("+") and not line.startswith("+++"):
+            plus.append(line[1:])
+    return "\n".join(minus), "\n".join(plus)
+
+
+def propagation(events: list[EditEvent]) -> str | None:
+    """ "identifier" or "literal" when an event substituted one (see the module notes), else None."""
+    for e in reversed(events):
+        minus, plus = _diff_sides(e)
+        m_lit, p_lit = set(_LITERAL.findall(minus)), set(_LITERAL.findall(plus))
+        if m_lit - p_lit and p_lit - m_lit:
+            return "literal"
+        minus, plus = _LITERAL.sub("", minus), _LITERAL.sub("", plus)
+        # counted, not sets: `arg = f(arg)` -> `item = f(arg)` still has `arg`, once less
+        m_ids, p_ids = Counter(_IDENT.findall(minus)), Counter(_IDENT.findall(plus))
+        if m_ids - p_ids and p_ids - m_ids:
+            return "identifier"
+    return None
 
 
 class RecentlyViewed:

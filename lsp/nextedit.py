@@ -1,10 +1,21 @@
 """Next-edit suggestions: prompts from history and syntax, minimal edits, multi-location ranking.
 
 Design decisions:
-- Regions asked about: the syntax-snapped region at the cursor, plus candidate regions elsewhere in
-  the file (lsp/context.py): occurrences of identifiers the latest edits removed (the old name of a
-  rename) and call sites of the function whose definition header was just edited (a dependent
-  change). All prompts go to ``/v1/edit/completions`` concurrently, so the server can batch them.
+- When to ask: an automatic request (``trigger: "auto"``, what clients send after an edit) asks the
+  model only when the edits since the document's previous request could propagate: an identifier
+  or a literal substituted, or a definition header edited (``gate``); otherwise it answers at once
+  with ``skipped``. An explicit request always asks.
+- Which regions, best first: the uses of the renamed name (tree-sitter identifier nodes, never
+  strings or comments), nearest the edit first, each a few lines; then call sites of an edited
+  definition; then, unless the edit was a plain rename, the cursor's own 10-25 line region. Small
+  use regions with a short context (``candidate_context_lines``) decode as one batch on the server
+  (its scheduler batches equal decode plans), so the first one comes back quickly.
+- Streaming: the best region's request goes first, alone (a 20 ms head start, so the server's
+  worker decodes it as a batch of one); the others follow together and share the next batch.
+  Each answer is vetted as it arrives and, when kept,
+  handed to the caller (the server sends it as ``editserver/nextEditPartial``); the final reply
+  holds all kept edits, best score first. ``next_edit_legacy`` restores the earlier plan (cursor
+  region plus the nearest uses, everything then one reply) for the benchmark's comparison.
 - Each prompt is Inception's layout (``protocol.prompt.build_prompt``): recently viewed snippets
   (including definitions from other open files), the current file clipped to ``context_lines`` around
   the region, the region with ``<|cursor|>`` (at the cursor, or at the occurrence for candidates) and
@@ -23,16 +34,20 @@ from __future__ import annotations
 import asyncio
 import difflib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lsp.client import READY, EditAnswer, ModelClient
+from lsp.client import READY, ModelClient
 from lsp.context import ParsedDocument, Region, candidate_regions, definitions_for, node_name, snap_region
 from lsp.documents import Document
+from lsp.history import propagation
 from protocol.prompt import CURSOR, EditPrompt, Snippet, build_prompt
 
 if TYPE_CHECKING:
     from lsp.server import EditLanguageServer
+
+FIRST_ALONE_S = 0.02  # head start of the best region's request (see ask_streaming)
 
 
 @dataclass
@@ -61,6 +76,7 @@ class Suggestion:
     version: int  # the document version the edits apply to
     kept: list[RegionResult] = field(default_factory=list)  # shown, best score first
     results: list[RegionResult] = field(default_factory=list)  # every region asked about
+    skipped: str | None = None  # why no model was asked (an automatic request after a plain edit)
 
 
 def region_offsets(doc: Document, region: Region) -> tuple[int, int]:
@@ -159,33 +175,6 @@ def _first_occurrence(doc: Document, region: Region, names: set[str]) -> int:
     return start + (min(hits) if hits else 0)
 
 
-async def ask_regions(
-    client: ModelClient,
-    doc: Document,
-    path: str,
-    plans: list[tuple[Region, int]],
-    snippets: list[Snippet],
-    history: str,
-    context_lines: int,
-    timeout_s: float,
-) -> list[RegionResult]:
-    """Ask the model about every region concurrently; results in the order of ``plans``."""
-    prompts = [build_region_prompt(doc, path, r, at, snippets, history, context_lines) for r, at in plans]
-    answers: list[EditAnswer | None] = await asyncio.gather(
-        *(client.edit(p, timeout_s) for p, _, _ in prompts)
-    )
-    results = []
-    for (region, _), (prompt, start, original), ans in zip(plans, prompts, answers):
-        if ans is None:
-            continue
-        rewritten = None if ans.region is None else _normalise(ans.region.replace(CURSOR, ""), original)
-        edits = minimal_edits(original, rewritten, start) if rewritten is not None else []
-        results.append(
-            RegionResult(region, prompt, original, rewritten, ans.score, ans.above_threshold, edits)
-        )
-    return results
-
-
 def rank(results: list[RegionResult]) -> list[RegionResult]:
     """Kept results (cleared the threshold and changed something), best score first."""
     kept = [r for r in results if r.above_threshold and r.edits and r.rejected is None]
@@ -227,50 +216,193 @@ def _damage(root) -> tuple[int, int]:
     return errors, empty
 
 
-async def suggest(ls: EditLanguageServer, doc: Document, line: int, char: int) -> Suggestion:
-    """Next edits for a cursor position (all regions asked concurrently, vetted, ranked)."""
+def _edit_line(ls: EditLanguageServer, doc: Document, events, cursor: int) -> int:
+    newest = events[-1] if events else None
+    if newest is not None and newest.uri == doc.uri:
+        return newest.first_line
+    return doc.position_at(cursor)[0]
+
+
+def plan_ranked(
+    doc: Document,
+    parsed: ParsedDocument | None,
+    cursor: int,
+    renamed: set[str],
+    called: set[str],
+    edit_line: int,
+    include_cursor: bool,
+    s,
+) -> list[tuple[Region, int]]:
+    """Regions best first: the uses of renamed names (tree-sitter identifiers), nearest the edit
+    first; then call sites of an edited definition; then, for edits that are not renames, the
+    cursor's own region. Use regions are a few lines each, so they decode as one batch."""
+    here = Region(edit_line, edit_line, "edit")
+    out: list[tuple[Region, int]] = []
+    taken: list[Region] = [here]
+    for names, reason in ((renamed, "occurrence"), (called - renamed, "call")):
+        found = candidate_regions(doc, parsed, names, here, s.max_candidates, s.candidate_max_lines)
+        found = [
+            r
+            for r in found
+            if not any(r.first_line <= o.last_line and r.last_line >= o.first_line for o in taken)
+        ]
+        for r in sorted(found, key=lambda r: (abs(r.first_line - edit_line), r.first_line)):
+            if len(out) >= s.max_candidates:
+                break
+            taken.append(r)
+            out.append((Region(r.first_line, r.last_line, reason), _first_occurrence(doc, r, names)))
+    if include_cursor or not out:
+        line, _ = doc.position_at(cursor)
+        main = snap_region(doc, parsed, line, s.region_min_lines, s.region_max_lines)
+        if not any(main.first_line <= r.last_line and main.last_line >= r.first_line for r, _ in out):
+            out.append((main, cursor))
+    return out
+
+
+async def _ask_one(
+    client: ModelClient,
+    doc: Document,
+    plan: tuple[Region, int],
+    built: tuple[str, int, str],
+    timeout_s: float,
+) -> RegionResult | None:
+    region, _ = plan
+    prompt, start, original = built
+    ans = await client.edit(prompt, timeout_s)
+    if ans is None:
+        return None
+    rewritten = None if ans.region is None else _normalise(ans.region.replace(CURSOR, ""), original)
+    edits = minimal_edits(original, rewritten, start) if rewritten is not None else []
+    return RegionResult(region, prompt, original, rewritten, ans.score, ans.above_threshold, edits)
+
+
+async def ask_streaming(
+    ls: EditLanguageServer,
+    doc: Document,
+    plans: list[tuple[Region, int]],
+    snippets: list[list[Snippet]],
+    history: str,
+    context_lines: list[int],
+    on_kept: Callable[[RegionResult], None] | None,
+) -> list[RegionResult]:
+    """Every region asked at once (the server batches equal decode plans); each answer is vetted as
+    it arrives and, when kept, handed to ``on_kept`` right away. Results in arrival order."""
+    s = ls.settings
+    path = ls.path_of(doc.uri)
+    version = doc.version
+    parsed = ls.parsed.get(doc.uri)
+    built = [
+        build_region_prompt(doc, path, r, at, sn, history, ctx)
+        for (r, at), sn, ctx in zip(plans, snippets, context_lines)
+    ]
+    timeout = s.next_edit_timeout_ms / 1000
+    tasks = [asyncio.ensure_future(_ask_one(ls.client, doc, plans[0], built[0], timeout))]
+    if on_kept is not None and len(plans) > 1:
+        # the best region alone first: the server's worker takes it before the rest arrive, so it
+        # decodes as a batch of one and is shown at once; the rest share the next batch
+        await asyncio.sleep(FIRST_ALONE_S)
+    tasks += [
+        asyncio.ensure_future(_ask_one(ls.client, doc, p, b, timeout)) for p, b in zip(plans[1:], built[1:])
+    ]
+    results: list[RegionResult] = []
+    try:
+        for fut in asyncio.as_completed(tasks):
+            r = await fut
+            if r is None:
+                continue
+            results.append(r)
+            if doc.version != version:
+                continue  # the text moved on: offsets are stale (a newer request is coming)
+            r.rejected = vet(doc, parsed, r)
+            if on_kept is not None and rank([r]):
+                on_kept(r)
+    finally:
+        for t in tasks:
+            t.cancel()
+    return results
+
+
+def _snippets(ls: EditLanguageServer, doc: Document, parsed, region: Region) -> list[Snippet]:
+    snippets = ls.viewed.snippets(doc.uri, ls.settings.recent_snippets)
+    if parsed is not None:
+        near = {
+            n.text.decode("utf-8", "replace")
+            for n in parsed.identifiers(region.first_line, region.last_line)
+            if n.text
+        }
+        snippets = [Snippet(p, c) for p, c in definitions_for(near, ls.others(doc.uri))][:3] + snippets
+    return snippets
+
+
+def gate(ls: EditLanguageServer, doc: Document, events) -> str | None:
+    """Why an automatic request may go to the model ("identifier", "literal", "signature"), or None
+    when the fresh edits cannot need edits elsewhere."""
+    why = propagation(events)
+    if why is not None:
+        return why
+    parsed = ls.parsed.get(doc.uri)
+    if parsed is not None:
+        for e in events:
+            if e.uri == doc.uri and parsed.definition_at_line(e.first_line) is not None:
+                return "signature"
+    return None
+
+
+async def suggest(
+    ls: EditLanguageServer,
+    doc: Document,
+    line: int,
+    char: int,
+    auto: bool = False,
+    on_kept: Callable[[RegionResult], None] | None = None,
+) -> Suggestion:
+    """Next edits for a cursor position. ``auto`` requests (the client's own, after an edit) ask the
+    model only when the edits since the last request could propagate (``gate``). With
+    ``settings.next_edit_legacy`` the regions are planned as before ranking existed (cursor region
+    plus the nearest uses) and nothing streams: the benchmark's baseline."""
     sid = uuid.uuid4().hex
     if not ls.active(ls.settings.enable_next_edit, doc):
         if ls.client is not None and ls.client.state != READY:
             ls.client.nudge()
-        return Suggestion(sid, doc, doc.version)
+        return Suggestion(sid, doc, doc.version, skipped="not ready")
     s = ls.settings
     version = doc.version
     cursor = doc.offset_at(line, char)
     ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, line)
     parsed = ls.parsed.get(doc.uri)
+    fresh = ls.history.since(ls.next_marker.get(doc.uri), doc.uri)
+    ls.next_marker[doc.uri] = ls.history.marker()
+    why = None if s.next_edit_legacy else gate(ls, doc, fresh)
+    if why is None and auto and not s.next_edit_legacy:
+        return Suggestion(sid, doc, version, skipped="no identifier, signature or literal changed")
     removed, _added = ls.history.changed_identifiers(2)
     names = set(removed)
+    called: set[str] = set()
     newest = ls.history.recent(1)
     if parsed is not None and newest and newest[0].uri == doc.uri:
         d = parsed.definition_at_line(newest[0].first_line)
         if d is not None and node_name(d):
-            names.add(node_name(d))  # its call sites must follow a signature change
-    plans = plan_regions(doc, parsed, cursor, names, s.region_min_lines, s.region_max_lines, s.max_candidates)
-    snippets = ls.viewed.snippets(doc.uri, s.recent_snippets)
-    if parsed is not None:
-        r0 = plans[0][0]
-        near = {
-            n.text.decode("utf-8", "replace")
-            for n in parsed.identifiers(r0.first_line, r0.last_line)
-            if n.text
-        }
-        snippets = [Snippet(p, c) for p, c in definitions_for(near, ls.others(doc.uri))][:3] + snippets
-    results = await ask_regions(
-        ls.client,
-        doc,
-        ls.path_of(doc.uri),
-        plans,
-        snippets,
-        ls.history.render(s.history_prompt_events),
-        s.context_lines,
-        s.next_edit_timeout_ms / 1000,
-    )
+            called.add(node_name(d))  # its call sites must follow a signature change
+    if s.next_edit_legacy:
+        plans = plan_regions(
+            doc, parsed, cursor, names | called, s.region_min_lines, s.region_max_lines, s.legacy_candidates
+        )
+        contexts = [s.context_lines] * len(plans)
+        on_kept = None
+    else:
+        edit_line = _edit_line(ls, doc, fresh or ls.history.recent(1), cursor)
+        plans = plan_ranked(doc, parsed, cursor, names, called, edit_line, why != "identifier", s)
+        contexts = [s.context_lines if r.reason == "cursor" else s.candidate_context_lines for r, _ in plans]
+    snippets = _snippets(ls, doc, parsed, plans[-1][0] if plans[-1][0].reason == "cursor" else plans[0][0])
+    history = ls.history.render(s.history_prompt_events)
+    # use regions need the rename (history) and the code around them, not other files: short prompts
+    per_region = [snippets if s.next_edit_legacy or r.reason == "cursor" else [] for r, _ in plans]
+    results = await ask_streaming(ls, doc, plans, per_region, history, contexts, on_kept)
     ls.send_status()
     if doc.version != version:
         return Suggestion(sid, doc, version, [], results)  # the text moved on: offsets are stale
     for r in results:
-        r.rejected = vet(doc, parsed, r)
+        r.rejected = vet(doc, parsed, r) if r.rejected is None else r.rejected
     kept = rank(results)
     if kept:
         ls.telemetry.suggestion(

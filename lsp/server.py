@@ -12,6 +12,10 @@ Design decisions:
   list (which places were asked about, their score and whether they were kept); clients ignore it.
 - Status: ``editserver/status`` on every client state change and after every model call (with the
   call's latency); state ``disabled`` when both features are off.
+- Next edits stream: with ``partialResults: true`` in the request, each kept region goes out as an
+  ``editserver/nextEditPartial`` notification (same ``id`` as the final reply) as soon as it is
+  vetted; the final reply still carries every kept edit, so a client that ignores partials loses
+  nothing. A didChange cancels the document's in-flight next-edit request (and its HTTP calls).
 """
 
 from __future__ import annotations
@@ -36,21 +40,23 @@ from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from lsp import completion as fim
-from lsp.client import DISABLED, READY, ModelClient
+from lsp.client import DISABLED, READY, ModelClient, short
 from lsp.context import ParsedDocument, grammar_name
 from lsp.documents import UTF8, UTF16, UTF32, DocumentStore
 from lsp.history import EditHistory, RecentlyViewed
 from lsp.nextedit import Suggestion, region_info, suggest
 from lsp.settings import Settings, parse_settings, settings_from_change
-from lsp.telemetry import Telemetry
+from lsp.telemetry import Telemetry, register_telemetry
 
 log = logging.getLogger(__name__)
 
 NEXT_EDIT = "editserver/nextEdit"
+NEXT_EDIT_PARTIAL = "editserver/nextEditPartial"
 COPILOT_INLINE_EDIT = "textDocument/copilotInlineEdit"
 INLINE_ACCEPTED = "editserver.inlineAccepted"
 STATUS = "editserver/status"
 DOCUMENT_STATE = "editserver/documentState"
+INFO = "editserver/info"
 
 
 class _Protocol(LanguageServerProtocol):
@@ -97,8 +103,10 @@ class EditLanguageServer(LanguageServer):
         self.telemetry = Telemetry(None, enabled=False)
         self.client: ModelClient | None = None
         self.next_inflight: dict[str, asyncio.Task] = {}
+        self.next_marker: dict[str, tuple] = {}  # per document: the edit history seen by its last request
         self.pending_warnings: list[str] = []
         self.root = ""
+        self.log_file: str | None = None  # the LSP's own debug log (--log-file), for editserver/info
 
     # ---- settings and status -------------------------------------------------------------------
     def apply_settings(self, raw: Any, initial: bool = False) -> list[str]:
@@ -131,11 +139,14 @@ class EditLanguageServer(LanguageServer):
             self.model_dir,
             on_state=lambda s, m: self.send_status(m),
             on_message=self.show,
-            serve_log=os.environ.get("EDITSERVER_LSP_SERVE_LOG"),
+            serve_log=os.environ.get("EDITSERVER_LSP_SERVE_LOG") or None,
         )
 
     def show(self, kind: int, message: str) -> None:
-        self.window_show_message(types.ShowMessageParams(type=types.MessageType(kind), message=message))
+        """One short line (editors show longer ones with a "press ENTER" prompt)."""
+        self.window_show_message(
+            types.ShowMessageParams(type=types.MessageType(kind), message=short(message))
+        )
 
     def send_status(self, message: str | None = None) -> None:
         if not (self.settings.enable_fim or self.settings.enable_next_edit):
@@ -149,7 +160,23 @@ class EditLanguageServer(LanguageServer):
             payload["message"] = message
         if latency is not None:
             payload["latencyMs"] = round(latency, 1)
+        if self.client is not None:
+            # completions withheld below the server's threshold in the last minute, and that threshold
+            payload["withheld"] = self.client.withheld()
+            if self.client.fim_threshold is not None:
+                payload["fimThreshold"] = self.client.fim_threshold
         self.protocol.notify(STATUS, payload)
+
+    def info(self) -> dict[str, Any]:
+        """``editserver/info``: live state for health checks (never a cached status)."""
+        out: dict[str, Any] = {
+            "state": DISABLED if not (self.settings.enable_fim or self.settings.enable_next_edit) else None
+        }
+        if self.client is not None:
+            out = {**self.client.info(), **({"state": out["state"]} if out["state"] else {})}
+        out["lspLog"] = self.log_file
+        out["thresholdHelp"] = "editserver serve --fim-threshold X (0 shows every completion)"
+        return out
 
     def path_of(self, uri: str) -> str:
         try:
@@ -196,7 +223,7 @@ def create_server(
     _register_documents(server)
     _register_completion(server)
     _register_next_edit(server)
-    _register_telemetry(server)
+    register_telemetry(server, INLINE_ACCEPTED)
     _register_diagnostics(server)
     return server
 
@@ -276,6 +303,9 @@ def _register_documents(ls: EditLanguageServer) -> None:
             ls.history.record(uri, ls.path_of(uri), before, doc.text, edit.start, edit.new_end)
         doc.version = params.text_document.version
         ls.fim.cancel_inflight(uri)  # a newer keystroke makes in-flight completions stale
+        older = ls.next_inflight.pop(uri, None)
+        if older is not None and not older.done():
+            older.cancel()  # so do next edits planned on the old text
 
     @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(params: types.DidSaveTextDocumentParams) -> None:
@@ -343,48 +373,81 @@ def _register_completion(ls: EditLanguageServer) -> None:
 
 
 # ---- next edit ----------------------------------------------------------------------------------
-async def suggest_edits(ls: EditLanguageServer, params: Any, where: str) -> Suggestion:
-    """Validate params, then ask (shared by editserver/nextEdit and copilotInlineEdit)."""
+def _edit_json(doc, version: int, r) -> list[dict]:
+    return [
+        {
+            "textDocument": {"uri": doc.uri, "version": version},
+            "range": doc.lsp_range(e.start, e.end),
+            "newText": e.new_text,
+        }
+        for e in r.edits
+    ]
+
+
+async def suggest_edits(ls: EditLanguageServer, params: Any, where: str, stream: bool = False) -> Suggestion:
+    """Validate params, then ask (shared by editserver/nextEdit and copilotInlineEdit).
+
+    ``trigger: "auto"`` (a client's own request after an edit) is gated on the edit history (see
+    lsp/nextedit.py); with ``stream`` each kept region is sent as ``editserver/nextEditPartial``."""
     if not isinstance(params, dict) or not isinstance(params.get("textDocument"), dict):
         raise _invalid(f"{where}: params must be {{textDocument: {{uri}}, position}}")
     doc = ls.doc_for(params["textDocument"].get("uri"), where)
     line, char = _position(params.get("position"), where)
+    trigger = params.get("trigger", "manual")
+    if trigger not in ("auto", "manual"):
+        raise _invalid(f'{where}: trigger must be "auto" or "manual"')
     # a newer next-edit request for the same document supersedes this one (and its HTTP calls)
     older = ls.next_inflight.pop(doc.uri, None)
     if older is not None and not older.done():
         older.cancel()
-    task = asyncio.ensure_future(suggest(ls, doc, line, char))
+    sid = uuid.uuid4().hex
+    version = doc.version
+    sent = [0]
+
+    def on_kept(r) -> None:
+        ls.protocol.notify(
+            NEXT_EDIT_PARTIAL,
+            {
+                "id": sid,
+                "textDocument": {"uri": doc.uri, "version": version},
+                "edits": _edit_json(doc, version, r),
+                "score": r.score,
+                "rank": sent[0],
+            },
+        )
+        sent[0] += 1
+
+    task = asyncio.ensure_future(
+        suggest(ls, doc, line, char, auto=trigger == "auto", on_kept=on_kept if stream else None)
+    )
     ls.next_inflight[doc.uri] = task
     try:
-        return await task
+        sug = await task
     except asyncio.CancelledError:
         task.cancel()
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise  # $/cancelRequest
-        return Suggestion(uuid.uuid4().hex, doc, doc.version)
+        return Suggestion(sid, doc, doc.version, skipped="superseded by a newer edit")
+    sug.id = sid
+    return sug
 
 
 def _register_next_edit(ls: EditLanguageServer) -> None:
     @ls.feature(NEXT_EDIT)
     async def next_edit(params: Any) -> dict:
-        sug = await suggest_edits(ls, params, NEXT_EDIT)
+        stream = isinstance(params, dict) and params.get("partialResults") is True
+        sug = await suggest_edits(ls, params, NEXT_EDIT, stream)
         sid, doc, version, kept, results = sug.id, sug.doc, sug.version, sug.kept, sug.results
-        edits = [
-            {
-                "textDocument": {"uri": doc.uri, "version": version},
-                "range": doc.lsp_range(e.start, e.end),
-                "newText": e.new_text,
-            }
-            for r in kept
-            for e in r.edits
-        ]
-        return {
+        out = {
             "id": sid,
-            "edits": edits,
+            "edits": [e for r in kept for e in _edit_json(doc, version, r)],
             "score": kept[0].score if kept else 0.0,
             "regions": [region_info(r, kept) for r in results],
         }
+        if sug.skipped:
+            out["skipped"] = sug.skipped
+        return out
 
     @ls.feature(COPILOT_INLINE_EDIT)
     async def copilot_inline_edit(params: Any) -> dict:
@@ -410,6 +473,11 @@ def _register_next_edit(ls: EditLanguageServer) -> None:
 
 # ---- diagnostics -------------------------------------------------------------------------------
 def _register_diagnostics(ls: EditLanguageServer) -> None:
+    @ls.feature(INFO)
+    def info(params: Any) -> dict:
+        """Live state: server URL and whether it is our own, the serve log, restarts, withheld count."""
+        return ls.info()
+
     @ls.feature(DOCUMENT_STATE)
     def document_state(params: Any) -> dict:
         """The server's view of a document (text, version, parse counts): for tests and bug reports."""
@@ -426,46 +494,3 @@ def _register_diagnostics(ls: EditLanguageServer) -> None:
             "historyEvents": len(ls.history.recent(ls.settings.history_events)),
             "recentlyViewed": [sn.path for sn in ls.viewed.snippets(doc.uri, ls.settings.recent_snippets)],
         }
-
-
-# ---- telemetry ----------------------------------------------------------------------------------
-def _register_telemetry(ls: EditLanguageServer) -> None:
-    def _id(params: Any, method: str) -> str | None:
-        if isinstance(params, dict) and isinstance(params.get("id"), str):
-            return params["id"]
-        log.warning("%s without a string id: %r", method, params)
-        return None
-
-    @ls.feature("editserver/didShow")
-    def did_show(params: Any) -> None:
-        if (sid := _id(params, "didShow")) is not None:
-            ls.telemetry.event(sid, "show")
-
-    @ls.feature("editserver/didAccept")
-    def did_accept(params: Any) -> None:
-        if (sid := _id(params, "didAccept")) is None:
-            return
-        idx = params.get("editIndex")
-        partial = params.get("partial")
-        text = params.get("acceptedText")
-        ls.telemetry.event(
-            sid,
-            "accept",
-            idx if isinstance(idx, int) else None,
-            partial if partial in ("word", "line") else None,
-            text if isinstance(text, str) else None,
-        )
-
-    @ls.feature("editserver/didReject")
-    def did_reject(params: Any) -> None:
-        if (sid := _id(params, "didReject")) is not None:
-            ls.telemetry.event(sid, "reject")
-
-    @ls.command(INLINE_ACCEPTED)
-    def inline_accepted(*args):
-        arg = args[0] if args else None
-        if isinstance(arg, list) and arg:
-            arg = arg[0]
-        if isinstance(arg, dict) and isinstance(arg.get("id"), str):
-            idx = arg.get("editIndex")
-            ls.telemetry.event(arg["id"], "accept", idx if isinstance(idx, int) else None)

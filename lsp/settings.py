@@ -36,7 +36,8 @@ class TelemetrySettings:
 
 @dataclass(frozen=True)
 class Settings:
-    server_url: str = "http://127.0.0.1:8000"
+    # "": an autostarted `editserver serve` of our own on a free port (lsp/client.py)
+    server_url: str = ""
     autostart: bool = True  # start `editserver serve` when nothing answers at server_url
     debounce_ms: int = 75  # wait this long after a keystroke before asking the model
     enable_fim: bool = True
@@ -58,7 +59,13 @@ class Settings:
     region_min_lines: int = 10  # Mercury recommends a ~10-25 line editable region
     region_max_lines: int = 25
     context_lines: int = 60  # file lines shown above/below the editable region in next-edit prompts
-    max_candidates: int = 4  # regions asked about per next-edit request besides the cursor's
+    max_candidates: int = 8  # use regions per next-edit request (the server's max_batch is 8)
+    candidate_max_lines: int = 3  # a use region: the statement around the use, at most this many lines
+    candidate_context_lines: int = 10  # file lines above/below a use region (a short prompt)
+    legacy_candidates: int = 4  # the earlier plan's candidates (next_edit_legacy)
+    # the earlier next-edit path (cursor region plus the nearest uses, asked always, one reply at the
+    # end); only for `editserver bench latency --next-edit-compare`
+    next_edit_legacy: bool = False
     history_events: int = 24  # bounded edit history per workspace
     history_prompt_events: int = 6  # newest events rendered into a prompt
     recent_snippets: int = 3
@@ -76,29 +83,36 @@ _KEYS = {
     "languages": "languages",
     "fimTimeoutMs": "fim_timeout_ms",
     "nextEditTimeoutMs": "next_edit_timeout_ms",
+    "nextEditLegacy": "next_edit_legacy",
 }
 
 
 def _check(key: str, value: Any) -> tuple[Any, str | None]:
     """(converted value, None) or (None, reason)."""
-    if key in ("autostart", "enableFim", "enableNextEdit"):
-        return (value, None) if isinstance(value, bool) else (None, "expected true or false")
+    if key in ("autostart", "enableFim", "enableNextEdit", "nextEditLegacy"):
+        return (value, None) if isinstance(value, bool) else (None, "true or false")
     if key in ("debounceMs", "fimTimeoutMs", "nextEditTimeoutMs"):
         ok = isinstance(value, int) and not isinstance(value, bool)
         hi = 5000 if key == "debounceMs" else 600_000
         lo = 0 if key == "debounceMs" else 1
         if ok and lo <= value <= hi:
             return value, None
-        return None, f"expected an integer between {lo} and {hi}"
+        return None, f"an integer {lo}..{hi}"
     if key == "serverUrl":
-        if isinstance(value, str) and value.startswith(("http://", "https://")):
+        if isinstance(value, str) and (value == "" or value.startswith(("http://", "https://"))):
             return value.rstrip("/"), None
-        return None, "expected an http:// or https:// URL"
+        return None, "a URL"
     if key == "languages":
         if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
             return tuple(value), None
-        return None, "expected a list of language ids"
+        return None, "a list of language ids"
     raise KeyError(key)
+
+
+def _brief(value: Any) -> str:
+    """A value as the one-line warning shows it (editors show long messages with a prompt)."""
+    text = repr(value)
+    return text if len(text) <= 24 else text[:23] + "…"
 
 
 def parse_settings(
@@ -120,7 +134,7 @@ def parse_settings(
         value, reason = _check(key, raw[key])
         if reason is not None:
             warnings.append(
-                f"editserver: invalid {key}={raw[key]!r} ({reason}); using default {getattr(defaults, attr)!r}"
+                f"editserver: {key}={_brief(raw[key])} is not {reason}; using {_brief(getattr(defaults, attr))}"
             )
             value = getattr(defaults, attr)
         changes[attr] = value
@@ -128,7 +142,7 @@ def parse_settings(
         tel = raw["telemetry"]
         t = base.telemetry
         if not isinstance(tel, dict):
-            warnings.append(f"editserver: invalid telemetry={tel!r} (expected an object); using defaults")
+            warnings.append(f"editserver: telemetry={_brief(tel)} is not an object; using the defaults")
             t = TelemetrySettings()
         else:
             if "enabled" in tel:
@@ -136,8 +150,8 @@ def parse_settings(
                     t = replace(t, enabled=tel["enabled"])
                 else:
                     warnings.append(
-                        f"editserver: invalid telemetry.enabled={tel['enabled']!r} (expected true or false); "
-                        f"using default {defaults.telemetry.enabled}"
+                        f"editserver: telemetry.enabled={_brief(tel['enabled'])} is not true or false; "
+                        f"using {defaults.telemetry.enabled}"
                     )
                     t = replace(t, enabled=defaults.telemetry.enabled)
             if "path" in tel:
@@ -145,8 +159,7 @@ def parse_settings(
                     t = replace(t, path=os.path.expanduser(tel["path"]))
                 else:
                     warnings.append(
-                        f"editserver: invalid telemetry.path={tel['path']!r} (expected a file path); "
-                        f"using default {default_telemetry_path()!r}"
+                        f"editserver: telemetry.path={_brief(tel['path'])} is not a file path; using the default"
                     )
                     t = replace(t, path=default_telemetry_path())
         changes["telemetry"] = t

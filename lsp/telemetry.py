@@ -8,6 +8,8 @@ Design decisions:
   data. Events (``show``, ``accept`` with edit index / partial kind / accepted text, ``reject``) are
   rows of their own, referencing the suggestion by id; an event for an unknown id is still stored
   (the client may have cached a suggestion across a restart).
+- The notifications that feed it (``editserver/didShow``, ``didAccept``, ``didReject`` and the inline
+  items' accept command) are registered here, by ``register_telemetry``.
 - WAL mode and one short transaction per write keep the cost per keystroke at a fraction of a
   millisecond and let a reader (a training export) run while the editor is open.
 """
@@ -15,11 +17,17 @@ Design decisions:
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lsp.server import EditLanguageServer
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS suggestions (
@@ -102,3 +110,47 @@ class Telemetry:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+
+
+def register_telemetry(ls: EditLanguageServer, inline_accepted: str) -> None:
+    """The didShow / didAccept / didReject notifications and the inline items' accept command."""
+
+    def _id(params: Any, method: str) -> str | None:
+        if isinstance(params, dict) and isinstance(params.get("id"), str):
+            return params["id"]
+        log.warning("%s without a string id: %r", method, params)
+        return None
+
+    @ls.feature("editserver/didShow")
+    def did_show(params: Any) -> None:
+        if (sid := _id(params, "didShow")) is not None:
+            ls.telemetry.event(sid, "show")
+
+    @ls.feature("editserver/didAccept")
+    def did_accept(params: Any) -> None:
+        if (sid := _id(params, "didAccept")) is None:
+            return
+        idx = params.get("editIndex")
+        partial = params.get("partial")
+        text = params.get("acceptedText")
+        ls.telemetry.event(
+            sid,
+            "accept",
+            idx if isinstance(idx, int) else None,
+            partial if partial in ("word", "line") else None,
+            text if isinstance(text, str) else None,
+        )
+
+    @ls.feature("editserver/didReject")
+    def did_reject(params: Any) -> None:
+        if (sid := _id(params, "didReject")) is not None:
+            ls.telemetry.event(sid, "reject")
+
+    @ls.command(inline_accepted)
+    def inline_accepted(*args):
+        arg = args[0] if args else None
+        if isinstance(arg, list) and arg:
+            arg = arg[0]
+        if isinstance(arg, dict) and isinstance(arg.get("id"), str):
+            idx = arg.get("editIndex")
+            ls.telemetry.event(arg["id"], "accept", idx if isinstance(idx, int) else None)

@@ -11,8 +11,12 @@ Design decisions:
   needed the model, since the mix depends on the typing script.
 - Side by side in the same run, each prefix the LSP sent to the model is also sent straight to
   ``/v1/fim/completions`` right after (interleaved, so both see the same machine load), so the LSP's
-  own overhead is a measured ratio, not a guess. ``editserver/nextEdit`` latency (after a
-  rename at a definition, so call sites are asked about too) is reported as well.
+  own overhead is a measured ratio, not a guess.
+- Next edits (``next_edit.py``): a real rename of a function with several uses, through a second LSP
+  process (automatic trigger, streamed partial results): the time to the first edit shown and to
+  all of them, and the same renames through a third LSP started with ``nextEditLegacy`` (the earlier
+  path: cursor region plus nearest uses, one reply at the end), interleaved sample by sample so both
+  see the same machine load; the ratio of their p50s is the improvement.
 - Bounded: at most 500 samples; everything is loopback.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import sys
 import time
@@ -28,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 MAX_SAMPLES = 500
+# the canvas the LSP asks for a one-line completion (lsp/settings.py fim_line_max_tokens); a copy,
+# since editserver must not import the LSP (the layers point the other way)
+LSP_LINE_MAX_TOKENS = 32
 TYPE_ALONG = 8  # keystrokes typed along the last suggestion (served from the LSP's cache)
 
 HEADER = '''import json
@@ -65,12 +73,12 @@ def _position(text: str) -> tuple[int, int]:
     return len(lines) - 1, len(lines[-1].encode("utf-16-le")) // 2
 
 
-async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log_file: str | None) -> dict:
+async def measure(
+    url: str, samples: int, debounce_ms: int, next_edits: int, log_file: str | None, compare: bool = True
+) -> dict:
     import httpx
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
-
-    from lsp.settings import Settings
 
     client = LanguageClient("editserver-bench", "0.1")
     ready = asyncio.Event()
@@ -103,7 +111,7 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
     cache_ms: list[float] = []
     direct_ms: list[float] = []
     http = httpx.AsyncClient(timeout=120, trust_env=False)
-    line_tokens = Settings().fim_line_max_tokens
+    line_tokens = LSP_LINE_MAX_TOKENS
 
     async def direct(prefix: str) -> float:
         """The same prefix straight to the HTTP API (what the LSP asks, minus the LSP)."""
@@ -170,35 +178,6 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
                 ms, along = await keystroke(along_ch)
                 hit = along and along[0].command.arguments[0]["id"] == sid
                 (cache_ms if hit else model_ms).append(ms)
-    text, version = state["text"], state["version"]
-
-    # next edit after a rename at a definition (call sites are asked about too)
-    ne_ms: list[float] = []
-    for i in range(next_edits):
-        name = f"load_config_v{i}" if i else "load_config"
-        new = f"load_config_v{i + 1}"
-        at = text.index(f"def {name}(") + 4
-        line = text.count("\n", 0, at)
-        col = at - (text.rfind("\n", 0, at) + 1)
-        version += 1
-        t0 = time.perf_counter()
-        client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(types.Position(line, col), types.Position(line, col + len(name))),
-                        text=new,
-                    )
-                ],
-            )
-        )
-        text = text[:at] + new + text[at + len(name) :]
-        await client.protocol.send_request_async(
-            "editserver/nextEdit",
-            {"textDocument": {"uri": uri}, "position": {"line": line, "character": col + len(new)}},
-        )
-        ne_ms.append((time.perf_counter() - t0) * 1000)
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
@@ -211,13 +190,198 @@ async def measure(url: str, samples: int, debounce_ms: int, next_edits: int, log
         "model_answers": stats(model_ms),
         "cache_answers": stats(cache_ms),
         "direct_http_fim": stats(direct_ms),
-        "next_edit": stats(ne_ms),
     }
+    if next_edits:
+        report["next_edit"] = await measure_next_edit(url, next_edits, compare, log_file)
     if report["model_answers"]["p50_ms"] and report["direct_http_fim"]["p50_ms"]:
         report["lsp_over_direct_p50_ratio"] = round(
             report["model_answers"]["p50_ms"] / report["direct_http_fim"]["p50_ms"], 2
         )
     return report
+
+
+# ---- next edits after a rename ---------------------------------------------------------------
+OLD, NEW = "shorten", "clip"
+SOURCE = '''import textwrap
+
+
+def shorten(text, limit):
+    """Cut text to at most limit characters."""
+    return textwrap.shorten(text, limit, placeholder="...")
+
+
+def title(name):
+    return shorten(name, 20).title()
+
+
+def summary(items):
+    lines = [shorten(str(item), 60) for item in items]
+    return "\\n".join(lines)
+
+
+class Report:
+    def __init__(self, heading):
+        self.heading = shorten(heading, 40)
+
+    def render(self, body):
+        return self.heading + "\\n" + shorten(body, 400)
+
+
+def log_line(level, message):
+    print(level, shorten(message, 120))
+'''
+USES = len(re.findall(rf"(?<![.\w]){OLD}\(", SOURCE)) - 1  # besides the definition (textwrap's is not ours)
+
+
+def _apply(text: str, lines: list[str], edits: list[dict]) -> str:
+    """Apply LSP edits (UTF-16 = code points here: the scenario is ASCII) to ``text``."""
+    starts = [0]
+    for ln in lines:
+        starts.append(starts[-1] + len(ln) + 1)
+
+    def off(p: dict) -> int:
+        return starts[p["line"]] + p["character"]
+
+    for e in sorted(edits, key=lambda e: -off(e["range"]["start"])):
+        text = text[: off(e["range"]["start"])] + e["newText"] + text[off(e["range"]["end"]) :]
+    return text
+
+
+class _Lsp:
+    """One ``editserver lsp`` process with one open document, renamed back and forth."""
+
+    def __init__(self, url: str, legacy: bool, log_file: str | None):
+        self.url, self.legacy, self.log_file = url, legacy, log_file
+        self.uri = "file:///bench/shorten.py"
+        self.text, self.version = SOURCE, 1
+        self.first_partial: float | None = None
+
+    async def start(self) -> None:
+        from lsprotocol import types
+        from pygls.lsp.client import LanguageClient
+
+        self.client = LanguageClient("editserver-bench", "0.1")
+        ready = asyncio.Event()
+
+        @self.client.feature("editserver/status")
+        def _status(params: Any) -> None:
+            if getattr(params, "state", None) == "ready":
+                ready.set()
+
+        @self.client.feature("editserver/nextEditPartial")
+        def _partial(params: Any) -> None:
+            if self.first_partial is None:
+                self.first_partial = time.perf_counter()
+
+        cmd = [sys.executable, "-m", "editserver.cli", "lsp", "--server-url", self.url, "--no-autostart"]
+        if self.log_file:
+            cmd += ["--log-file", f"{self.log_file}.{'legacy' if self.legacy else 'next'}"]
+        await self.client.start_io(*cmd)
+        opts = {"telemetry": {"enabled": False}, "nextEditLegacy": self.legacy}
+        await self.client.initialize_async(
+            types.InitializeParams(capabilities=types.ClientCapabilities(), initialization_options=opts)
+        )
+        self.client.initialized(types.InitializedParams())
+        await asyncio.wait_for(ready.wait(), 120)
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                types.TextDocumentItem(uri=self.uri, language_id="python", version=1, text=self.text)
+            )
+        )
+
+    async def rename(self, old: str, new: str) -> tuple[float, float, int]:
+        """(ms to the first edit shown, ms to all, uses renamed by the reply's edits)."""
+        from lsprotocol import types
+
+        at = self.text.index(f"def {old}(") + 4
+        line = self.text.count("\n", 0, at)
+        col = at - (self.text.rfind("\n", 0, at) + 1)
+        self.version += 1
+        self.first_partial = None
+        t0 = time.perf_counter()
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(version=self.version, uri=self.uri),
+                [
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(types.Position(line, col), types.Position(line, col + len(old))),
+                        text=new,
+                    )
+                ],
+            )
+        )
+        self.text = self.text[:at] + new + self.text[at + len(old) :]
+        res = await self.client.protocol.send_request_async(
+            "editserver/nextEdit",
+            {
+                "textDocument": {"uri": self.uri},
+                "position": {"line": line, "character": col + len(new)},
+                "trigger": "auto",
+                "partialResults": True,
+            },
+        )
+        t_all = (time.perf_counter() - t0) * 1000
+        edits = [_plain(e) for e in getattr(res, "edits", None) or []]
+        t_first = (self.first_partial - t0) * 1000 if self.first_partial is not None else t_all
+        if not edits:
+            t_first = t_all  # nothing shown: the user waited the whole request
+        after = _apply(self.text, self.text.split("\n"), edits)
+        # uses carried to the new name; textwrap.shorten renamed too (a wrong edit) counts against
+        renamed = USES - len(re.findall(rf"(?<![.\w]){old}\(", after)) - ("textwrap.clip(" in after)
+        # the benchmark's document keeps the rename only (the next sample renames back)
+        return t_first, t_all, renamed
+
+    async def stop(self) -> None:
+        await self.client.shutdown_async(None)
+        self.client.exit(None)
+        await self.client.stop()
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return [_plain(v) for v in x]
+    if hasattr(x, "_asdict"):
+        return {k: _plain(v) for k, v in x._asdict().items()}
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x
+
+
+async def measure_next_edit(url: str, samples: int, compare: bool, log_file: str | None) -> dict:
+    paths = {"next": _Lsp(url, False, log_file)}
+    if compare:
+        paths["legacy"] = _Lsp(url, True, log_file)
+    for lsp in paths.values():
+        await lsp.start()
+    got: dict[str, dict[str, list]] = {k: {"first": [], "all": [], "renamed": []} for k in paths}
+    names = [OLD, NEW]
+    try:
+        for i in range(samples):
+            old, new = names[i % 2], names[(i + 1) % 2]
+            for key, lsp in paths.items():
+                first, all_, renamed = await lsp.rename(old, new)
+                got[key]["first"].append(first)
+                got[key]["all"].append(all_)
+                got[key]["renamed"].append(renamed)
+    finally:
+        for lsp in paths.values():
+            await lsp.stop()
+
+    def summary(g: dict) -> dict:
+        return {
+            "first_shown": stats(g["first"]),
+            "all_shown": stats(g["all"]),
+            "renamed_per_sample": g["renamed"],
+        }
+
+    out = {"uses": USES, "samples": samples, **summary(got["next"])}
+    if compare:
+        out["legacy"] = summary(got["legacy"])
+        lp = out["legacy"]["all_shown"]["p50_ms"]
+        if lp:
+            out["first_over_legacy_p50"] = round(out["first_shown"]["p50_ms"] / lp, 3)
+            out["all_over_legacy_p50"] = round(out["all_shown"]["p50_ms"] / lp, 3)
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -233,7 +397,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--debounce-ms", type=int, default=75, help="the LSP's debounce (default: its default, 75)"
     )
-    p.add_argument("--next-edits", type=int, default=5, help="nextEdit requests to time")
+    p.add_argument("--next-edits", type=int, default=10, help="renames to time for next edits (0: none)")
+    p.add_argument(
+        "--no-legacy",
+        action="store_true",
+        help="skip the earlier next-edit path (nextEditLegacy) that the ratio compares against",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads of the self-started server")
     p.add_argument("--log-file", default=None, help="LSP debug log")
     p.add_argument("--json", action="store_true", help="print JSON only")
@@ -253,14 +422,28 @@ def run(args: argparse.Namespace) -> int:
             print("latency benchmarks run against loopback only", file=sys.stderr)
             return 2
         report = asyncio.run(
-            measure(args.url.rstrip("/"), args.samples, args.debounce_ms, args.next_edits, args.log_file)
+            measure(
+                args.url.rstrip("/"),
+                args.samples,
+                args.debounce_ms,
+                args.next_edits,
+                args.log_file,
+                not args.no_legacy,
+            )
         )
     else:
         extra = ["--model", str(args.model)] if args.model else []
         try:
             with LocalServer(extra, threads=args.threads) as server:
                 report = asyncio.run(
-                    measure(server.url, args.samples, args.debounce_ms, args.next_edits, args.log_file)
+                    measure(
+                        server.url,
+                        args.samples,
+                        args.debounce_ms,
+                        args.next_edits,
+                        args.log_file,
+                        not args.no_legacy,
+                    )
                 )
         except ServerStartError as e:
             print(str(e).rstrip(), file=sys.stderr)
@@ -273,4 +456,16 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"\nkeystroke -> suggestion (debounce {args.debounce_ms} ms): p50 {k['p50_ms']} ms, p95 {k['p95_ms']} ms"
     )
+    ne = report.get("next_edit")
+    if ne:
+        print(
+            f"next edits after a rename ({ne['uses']} uses): first shown p50 {ne['first_shown']['p50_ms']} ms,"
+            f" all shown p50 {ne['all_shown']['p50_ms']} ms"
+            + (
+                f"; earlier path p50 {ne['legacy']['all_shown']['p50_ms']} ms"
+                f" (first/earlier {ne.get('first_over_legacy_p50')}, all/earlier {ne.get('all_over_legacy_p50')})"
+                if ne.get("legacy")
+                else ""
+            )
+        )
     return 0

@@ -190,6 +190,8 @@ def fim_summary(rows: list[dict], threshold: float | None = None, aggregate: str
     return {
         "requests": n,
         "exact_match_rate": _ratio(sum(bool(r.get("exact")) for r in rows), n),
+        # after protocol/postprocess.py, as the HTTP API sends it
+        "exact_match_rate_postprocessed": _ratio(sum(bool(r.get("exact_postprocessed")) for r in rows), n),
         "accepted_prefix_chars": _ratio(sum(r.get("prefix_chars", 0) for r in rows), n),
         "accepted_prefix_fraction": _ratio(sum(r.get("prefix_fraction", 0.0) for r in rows), n),
         "shown": len(shown),

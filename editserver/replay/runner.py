@@ -11,7 +11,10 @@ Design decisions:
 - Two phases share one runner: ``tune`` (training repositories: choose the aggregate and the edit
   and FIM thresholds) and ``eval`` (what is reported). Tuning never sees evaluation rows.
 - A row carries the prompt, the region, the suggestion and its label: the JSON output doubles as
-  KTO training data (desirable = accepted, undesirable = rejected).
+  KTO training data (desirable = accepted, undesirable = rejected; ``editserver align``). An edit
+  row also carries ``developer``, the region as the developer left it (None when their hunks reach
+  past it), and a FIM row its ``prefix`` and ``suffix``, so the developer's own answer is training
+  data too.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from editserver.replay.judge import judge_edit, judge_fim, overlapping
+from editserver.replay.judge import _apply, judge_edit, judge_fim, overlapping
 from editserver.replay.points import EditPoint, FimPoint
 from editserver.replay.suggest import Suggester
+from protocol.postprocess import trim
 
 
 def fingerprint(settings: dict) -> str:
@@ -78,6 +82,15 @@ class RowLog:
             self.fh.close()
 
 
+def developer_region(p: EditPoint) -> str | None:
+    """The region after the developer's remaining hunks that touch it (the region itself when none
+    does); None when one of them reaches outside it, so no rewrite of the region equals it."""
+    touched = overlapping(p)
+    if any(s < p.lo or s + n > p.hi for s, n, _ in touched):
+        return None
+    return "".join(_apply(p.lines[p.lo : p.hi], touched, p.lo))
+
+
 def edit_row(phase: str, p: EditPoint, ans) -> dict:
     v = judge_edit(p, ans.text) if ans.error is None else None
     return {
@@ -105,11 +118,14 @@ def edit_row(phase: str, p: EditPoint, ans) -> dict:
         "suggestion": ans.text,
         "window": v.window if v else None,
         "expected": v.expected if v else None,
+        "developer": developer_region(p),
     }
 
 
 def fim_row(phase: str, p: FimPoint, ans) -> dict:
     v = judge_fim(p.expected, ans.text)
+    # the same answer as /v1/fim/completions sends it (protocol/postprocess.py)
+    pp = judge_fim(p.expected, trim(ans.text, p.prefix, p.suffix).text if ans.text is not None else None)
     ok = ans.error is None
     return {
         "kind": "fim",
@@ -124,6 +140,7 @@ def fim_row(phase: str, p: FimPoint, ans) -> dict:
         "completion": ans.text,
         "label": v.label if ok else "error",
         "exact": v.exact if ok else False,
+        "exact_postprocessed": pp.exact if ok else False,
         "prefix_chars": v.prefix_chars if ok else 0,
         "prefix_fraction": v.prefix_fraction if ok else 0.0,
         "score": ans.score,
@@ -131,6 +148,8 @@ def fim_row(phase: str, p: FimPoint, ans) -> dict:
         "above_threshold": ans.above_threshold,
         "latency_ms": ans.latency_ms,
         "error": ans.error,
+        "prefix": p.prefix,
+        "suffix": p.suffix,
     }
 
 

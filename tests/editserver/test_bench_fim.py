@@ -66,6 +66,8 @@ def test_bench_command_end_to_end(tiny_checkpoint, tmp_path) -> None:
         assert block["n"] == 1 and set(block["latency_ms"]) == {"p50", "p95"}
     assert d["middle_ce"] > 0 and d["middle_ce_l2r"] > 0 and 0.0 <= d["agreement"] <= 1.0
     assert d["stop"] == ["\n"] and d["single_line_cut"]  # asked for one line, as the LSP does
+    pp = d["postprocessed"]  # the same answers as the HTTP API sends them (protocol/postprocess.py)
+    assert 0.0 <= pp["pass_at_1"] <= 1.0 and 0 <= pp["changed"] <= d["n"] and isinstance(pp["rules"], dict)
 
 
 def test_one_token_canvases_agree_with_one_token_per_step(tiny_checkpoint, tmp_path) -> None:

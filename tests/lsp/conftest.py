@@ -116,6 +116,7 @@ class LspConnection:
     def __init__(self, client: LanguageClient):
         self.client = client
         self.statuses: list[dict] = []
+        self.partials: list[dict] = []  # editserver/nextEditPartial notifications, in arrival order
         self.versions: dict[str, int] = {}
 
     @property
@@ -177,6 +178,7 @@ async def lsp_session(
     encodings: list[str] | None = None,
     extra_args: list[str] | None = None,
     wait_ready: bool = True,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[LspConnection]:
     client = make_test_lsp_client()
     conn = LspConnection(client)
@@ -185,11 +187,17 @@ async def lsp_session(
     def _status(params: Any) -> None:
         conn.statuses.append(plain(params))
 
-    cmd = [sys.executable, "-m", "editserver.cli", "lsp", "--server-url", server_url]
+    @client.feature("editserver/nextEditPartial")
+    def _partial(params: Any) -> None:
+        conn.partials.append(plain(params))
+
+    cmd = [sys.executable, "-m", "editserver.cli", "lsp"]
+    if server_url:  # empty: the LSP picks a free port for a server of its own
+        cmd += ["--server-url", server_url]
     if not autostart:
         cmd.append("--no-autostart")
     cmd += extra_args or []
-    await client.start_io(*cmd, env=quiet_env(), cwd=str(REPO))
+    await client.start_io(*cmd, env={**quiet_env(), **(env or {})}, cwd=str(REPO))
     caps = types.ClientCapabilities(
         general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,
         workspace=types.WorkspaceClientCapabilities(configuration=True),

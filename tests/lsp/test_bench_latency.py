@@ -11,7 +11,7 @@ from tests.lsp.conftest import REPO, quiet_env
 
 def test_bench_latency_reports_percentiles(tiny_server):
     cmd = [sys.executable, "-m", "editserver.cli", "bench", "latency", "--url", tiny_server]
-    cmd += ["--samples", "6", "--next-edits", "1", "--debounce-ms", "0", "--json"]
+    cmd += ["--samples", "6", "--next-edits", "2", "--debounce-ms", "0", "--json"]
     out = subprocess.run(cmd, cwd=REPO, env=quiet_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
@@ -20,7 +20,12 @@ def test_bench_latency_reports_percentiles(tiny_server):
     assert k["n"] >= 6 and 0 < k["p50_ms"] <= k["p95_ms"]
     assert report["model_answers"]["n"] + report["cache_answers"]["n"] == k["n"]
     assert report["direct_http_fim"]["n"] == report["model_answers"]["n"]
-    assert report["next_edit"]["n"] == 1
+    ne = report["next_edit"]
+    # the rename scenario, new path and the earlier one interleaved in the same run
+    assert ne["uses"] >= 3 and ne["first_shown"]["n"] == ne["all_shown"]["n"] == 2
+    assert ne["first_shown"]["p50_ms"] <= ne["all_shown"]["p50_ms"]
+    assert ne["legacy"]["all_shown"]["n"] == 2 and ne["all_over_legacy_p50"] > 0
+    assert all(0 <= r <= ne["uses"] for r in ne["renamed_per_sample"] + ne["legacy"]["renamed_per_sample"])
 
 
 def test_bench_latency_refuses_remote_urls():

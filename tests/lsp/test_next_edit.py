@@ -81,11 +81,13 @@ async def test_rename_at_definition_asks_about_call_sites(tiny_server, base_opti
         assert isinstance(res["id"], str) and res["id"]
         assert isinstance(res["edits"], list) and isinstance(res["score"], (int, float))
         regions = res["regions"]
-        assert regions[0]["reason"] == "cursor" and regions[0]["range"]["start"]["line"] == 0
-        occ = [r for r in regions if r["reason"] == "occurrence"]
-        covered = {ln for r in occ for ln in range(r["range"]["start"]["line"], r["range"]["end"]["line"])}
+        # a rename asks about the old name's uses only, each a few lines, not the cursor's region
+        assert regions and all(r["reason"] == "occurrence" for r in regions)
+        assert all(r["range"]["end"]["line"] - r["range"]["start"]["line"] <= 3 for r in regions)
+        covered = {
+            ln for r in regions for ln in range(r["range"]["start"]["line"], r["range"]["end"]["line"])
+        }
         assert set(CALL_SITES) <= covered  # both call sites of the old name were asked about
-        assert all(r["range"]["end"]["line"] <= CALL_SITES[0] for r in regions[:1])
         for e in res["edits"]:
             assert e["textDocument"] == {"uri": URI, "version": s.versions[URI]}
             assert set(e) == {"textDocument", "range", "newText"}
@@ -185,3 +187,49 @@ def test_vet_rejects_wiping_and_syntax_breaking_rewrites():
     broken = result("________________________________\n")  # the body dedented away: an empty block
     broken.rejected = vet(doc, parsed, broken)
     assert broken.rejected == "empties a block" and rank([broken, good]) == [good]
+
+
+async def test_auto_requests_follow_only_edits_that_can_propagate(tiny_server, base_options):
+    """trigger "auto": typing new code or leaving insert mode with nothing renamed asks no model;
+    a rename, a changed literal or an edited signature does, once per fresh edit."""
+    async with lsp_session(tiny_server, base_options) as s:
+        s.open(URI, SRC, "python")
+        auto = {"textDocument": {"uri": URI}, "position": {"line": 2, "character": 4}, "trigger": "auto"}
+        first = await s.request("editserver/nextEdit", auto)  # nothing edited yet
+        assert first["skipped"] and first["regions"] == [] and first["edits"] == []
+        s.replace(URI, (3, 0), (3, 0), "x = 1\n")  # new code: nothing elsewhere depends on it
+        assert (await s.request("editserver/nextEdit", auto))["skipped"]
+        s.replace(URI, (3, 4), (3, 5), "2")  # a literal changed
+        lit = await s.request("editserver/nextEdit", auto)
+        assert "skipped" not in lit and lit["regions"]
+        assert (await s.request("editserver/nextEdit", auto))["skipped"]  # nothing new since
+        for i, ch in enumerate("_total"):  # a rename at the definition
+            s.replace(URI, (0, 11 + i), (0, 11 + i), ch)
+        ren = await s.request("editserver/nextEdit", {**auto, "position": {"line": 0, "character": 17}})
+        assert "skipped" not in ren and {r["reason"] for r in ren["regions"]} == {"occurrence"}
+        # partials (if any region was kept) carry the final reply's id and a subset of its edits
+        with_partials = await s.request(
+            "editserver/nextEdit", {**auto, "trigger": "manual", "partialResults": True}
+        )
+        for p in s.partials:
+            assert p["id"] == with_partials["id"] and all(e in with_partials["edits"] for e in p["edits"])
+        bad = {**auto, "trigger": "sometimes"}
+        try:
+            await s.request("editserver/nextEdit", bad)
+        except Exception as e:
+            assert "trigger" in str(e)
+        else:
+            raise AssertionError("no error for a bad trigger")
+
+
+async def test_a_new_edit_cancels_the_inflight_next_edit(tiny_server, base_options):
+    import asyncio
+
+    async with lsp_session(tiny_server, base_options) as s:
+        s.open(URI, SRC, "python")
+        params = {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 4}}
+        pending = asyncio.ensure_future(s.request("editserver/nextEdit", params))
+        await asyncio.sleep(0.05)
+        s.replace(URI, (1, 0), (1, 0), "#")
+        res = await pending
+        assert res["edits"] == [] and res["skipped"] == "superseded by a newer edit"

@@ -16,6 +16,7 @@
  *   spawn error in the log.
  */
 
+import { promises as fs } from "node:fs";
 import * as vscode from "vscode";
 import {
   LanguageClient,
@@ -28,6 +29,8 @@ import { partialSlice } from "./logic/partial";
 import {
   DID_ACCEPT_METHOD,
   DID_SHOW_METHOD,
+  INFO_METHOD,
+  NEXT_EDIT_PARTIAL_METHOD,
   STATUS_METHOD,
   didAcceptParams,
   inlineItemId,
@@ -59,6 +62,7 @@ class Extension implements vscode.Disposable {
   private status: StatusModel;
   private lastInline: LastInline | undefined;
   private readonly statusItem: vscode.StatusBarItem;
+  private readonly serveLog = vscode.window.createOutputChannel("editserver: model server");
   private readonly nextEdits: NextEditController;
   private readonly disposables: vscode.Disposable[] = [];
 
@@ -73,11 +77,12 @@ class Extension implements vscode.Disposable {
     this.statusItem.show();
     this.nextEdits = new NextEditController(context.extensionPath, () => this.client, () => this.settings, log);
     this.disposables.push(
+      this.serveLog,
       this.statusItem,
       this.nextEdits,
       vscode.commands.registerCommand("editserver.toggle", () => this.toggle()),
       vscode.commands.registerCommand("editserver.restartServer", () => this.restart()),
-      vscode.commands.registerCommand("editserver.showLog", () => this.log.show()),
+      vscode.commands.registerCommand("editserver.showLog", () => void this.showLog()),
       vscode.commands.registerCommand("editserver.requestNextEdit", () => {
         const editor = vscode.window.activeTextEditor;
         if (editor) void this.nextEdits.request(editor);
@@ -163,6 +168,7 @@ class Extension implements vscode.Disposable {
     });
     // Registered before start so the status sent during initialization is not missed.
     client.onNotification(STATUS_METHOD, (params: StatusParams) => this.setStatus(applyStatus(this.status, params)));
+    client.onNotification(NEXT_EDIT_PARTIAL_METHOD, (params: unknown) => this.nextEdits.onPartial(params));
     this.setStatus({ ...this.status, client: "starting" });
     try {
       await client.start();
@@ -170,6 +176,21 @@ class Extension implements vscode.Disposable {
       this.setStatus({ ...this.status, client: "failed", message: String(err) });
       this.log.error(`could not start ${exe.path}: ${String(err)}`);
     }
+  }
+
+  /** The model server's log (where a crash shows) in its own output channel, then ours. */
+  private async showLog(): Promise<void> {
+    const info = (await this.client?.sendRequest(INFO_METHOD, {}).catch(() => undefined)) as { serveLog?: unknown } | undefined;
+    const path = typeof info?.serveLog === "string" ? info.serveLog : undefined;
+    if (path) {
+      const text = await fs.readFile(path, "utf8").catch((err: unknown) => `cannot read ${path}: ${String(err)}`);
+      this.serveLog.clear();
+      this.serveLog.appendLine(`${path}:`);
+      this.serveLog.append(text.split("\n").slice(-400).join("\n"));
+      this.serveLog.show(true);
+      return;
+    }
+    this.log.show();
   }
 
   async stop(): Promise<void> {

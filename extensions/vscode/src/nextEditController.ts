@@ -6,7 +6,13 @@
  * - All decisions (what to draw, where Tab goes, how ranges shift) live in logic/nextEdit.ts; this
  *   file only converts types and talks to VS Code.
  * - Requests are debounced by `debounceMs` and cancelled by the next keystroke, so a burst of
- *   typing costs one request.
+ *   typing costs one request; they say `trigger: "auto"`, so the server asks the model only after
+ *   an edit that can propagate (a rename, a changed literal or signature).
+ * - Streaming: `editserver/nextEditPartial` notifications for the request in flight are drawn as
+ *   they arrive; the final reply completes the set.
+ * - Drawing (logic/hunks.ts): a one-line edit shows its changed tokens inline (old struck through,
+ *   new after them); a multi-line edit marks its lines and previews the new lines in an after-line
+ *   label and its hover. No gutter icons on edit lines, so the text never shifts.
  * - Any user edit while suggestions are showing rejects them (didReject) and asks again; edits the
  *   controller applies itself are recognised by a flag and keep the remaining suggestions.
  * - Visibility is a context key (`editserver.nextEditVisible`) so Tab/Esc are only taken over while
@@ -23,9 +29,12 @@ import {
   NEXT_EDIT_METHOD,
   didAcceptParams,
   nextEditParams,
+  parseNextEditPartial,
   parseNextEditResult,
+  type NextEditResult,
   type Range,
 } from "./logic/protocol";
+import { hunks, isPreview } from "./logic/hunks";
 import {
   endOfApplied,
   planDecorations,
@@ -44,6 +53,10 @@ interface Shown {
   edits: PlannedEdit[];
 }
 
+function comparePosRange(r: Range): boolean {
+  return r.start.line !== r.end.line || r.start.character !== r.end.character;
+}
+
 function toRange(r: Range): vscode.Range {
   return new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
 }
@@ -51,6 +64,7 @@ function toRange(r: Range): vscode.Range {
 export class NextEditController implements vscode.Disposable {
   private shown: Shown | undefined;
   private pending: vscode.CancellationTokenSource | undefined;
+  private pendingDoc: { uri: string; version: number } | undefined;
   private timer: NodeJS.Timeout | undefined;
   private applying = false;
   private readonly disposables: vscode.Disposable[] = [];
@@ -74,7 +88,10 @@ export class NextEditController implements vscode.Disposable {
     this.labelDeco = vscode.window.createTextEditorDecorationType({
       after: { color: new vscode.ThemeColor("editserver.nextEditInsertForeground"), margin: "0 0 0 0.5em", fontStyle: "italic" },
     });
-    this.hereDeco = vscode.window.createTextEditorDecorationType({ gutterIconPath: media("next-edit-here.svg"), gutterIconSize: "contain" });
+    this.hereDeco = vscode.window.createTextEditorDecorationType({
+      isWholeLine: true,
+      backgroundColor: new vscode.ThemeColor("editserver.nextEditDeleteBackground"),
+    });
     this.upDeco = vscode.window.createTextEditorDecorationType({ gutterIconPath: media("next-edit-up.svg"), gutterIconSize: "contain" });
     this.downDeco = vscode.window.createTextEditorDecorationType({ gutterIconPath: media("next-edit-down.svg"), gutterIconSize: "contain" });
     this.disposables.push(
@@ -104,7 +121,7 @@ export class NextEditController implements vscode.Disposable {
     const s = this.getSettings();
     if (!s.enabled || !s.enableNextEdit) return;
     this.cancelPending();
-    this.timer = setTimeout(() => void this.request(editor), s.debounceMs);
+    this.timer = setTimeout(() => void this.request(editor, "auto"), s.debounceMs);
   }
 
   private cancelPending(): void {
@@ -113,10 +130,41 @@ export class NextEditController implements vscode.Disposable {
     this.pending?.cancel();
     this.pending?.dispose();
     this.pending = undefined;
+    this.pendingDoc = undefined;
   }
 
-  /** Ask the server for next edits at the cursor of `editor` and show them. */
-  async request(editor: vscode.TextEditor): Promise<void> {
+  /** `editserver/nextEditPartial`: draw one region's edits while the request is still running. */
+  onPartial(raw: unknown): void {
+    const p = parseNextEditPartial(raw);
+    const editor = vscode.window.activeTextEditor;
+    const want = this.pendingDoc;
+    if (!p || !editor || !want || p.textDocument.uri !== want.uri) return;
+    if (editor.document.uri.toString() !== want.uri || editor.document.version !== want.version) return;
+    this.add(editor, { id: p.id, edits: p.edits, score: p.score });
+  }
+
+  private add(editor: vscode.TextEditor, result: NextEditResult): void {
+    const doc = editor.document;
+    const uri = doc.uri.toString();
+    const planned = planEdits(result, uri, (r) => doc.getText(toRange(r)));
+    if (!this.shown || this.shown.id !== result.id) {
+      if (planned.length === 0) return;
+      this.shown = { id: result.id, uri, edits: [] };
+      void vscode.commands.executeCommand("setContext", CONTEXT_KEY, true);
+      void this.getClient()?.sendNotification(DID_SHOW_METHOD, { id: result.id });
+    }
+    const key = (e: { range: Range; newText: string }) => `${JSON.stringify(e.range)}|${e.newText}`;
+    const have = new Map(this.shown.edits.map((e) => [key(e), e] as const));
+    for (const e of planned) {
+      const old = have.get(key(e));
+      if (old) old.index = e.index;
+      else this.shown.edits.push(e);
+    }
+    this.render(editor);
+  }
+
+  /** Ask the server for next edits at the cursor of `editor` and show them as they arrive. */
+  async request(editor: vscode.TextEditor, trigger: "auto" | "manual" = "manual"): Promise<void> {
     const client = this.getClient();
     if (!client || !client.isRunning()) return;
     this.cancelPending();
@@ -124,17 +172,15 @@ export class NextEditController implements vscode.Disposable {
     this.pending = cts;
     const doc = editor.document;
     const version = doc.version;
+    this.pendingDoc = { uri: doc.uri.toString(), version };
     try {
-      const raw = await client.sendRequest(NEXT_EDIT_METHOD, nextEditParams(doc.uri.toString(), editor.selection.active), cts.token);
+      const raw = await client.sendRequest(NEXT_EDIT_METHOD, nextEditParams(doc.uri.toString(), editor.selection.active, trigger), cts.token);
       if (cts.token.isCancellationRequested || doc.version !== version) return;
+      this.pendingDoc = undefined;
       const result = parseNextEditResult(raw);
-      if (!result) return;
-      const edits = planEdits(result, doc.uri.toString(), (r) => doc.getText(toRange(r)));
-      if (edits.length === 0) return;
-      this.shown = { id: result.id, uri: doc.uri.toString(), edits };
-      this.render(editor);
-      await vscode.commands.executeCommand("setContext", CONTEXT_KEY, true);
-      await client.sendNotification(DID_SHOW_METHOD, { id: result.id });
+      if (!result || result.edits.length === 0) return;
+      // partials carry a running index; add() gives each edit its index in the final reply
+      this.add(editor, result);
     } catch (err) {
       if (!cts.token.isCancellationRequested) this.log.warn(`next edit request failed: ${String(err)}`);
     }
@@ -146,24 +192,39 @@ export class NextEditController implements vscode.Disposable {
     const visible = editor.visibleRanges.map((r) => ({ start: r.start.line, end: r.end.line }));
     const plan = planDecorations(shown.edits, visible);
     const hint = "\n\n**Tab** jump / apply · **Esc** dismiss";
-    editor.setDecorations(
-      this.replaceDeco,
-      plan.edits.filter((d) => d.kind !== "insert").map((d) => ({ range: toRange(d.range) })),
-    );
-    editor.setDecorations(
-      this.labelDeco,
-      plan.edits
-        .filter((d) => d.kind !== "delete")
-        .map((d) => ({
-          range: toRange({ start: d.range.end, end: d.range.end }),
-          hoverMessage: new vscode.MarkdownString().appendCodeblock(d.hover, editor.document.languageId).appendMarkdown(hint),
-          renderOptions: { after: { contentText: d.kind === "insert" ? d.label : `→ ${d.label}` } },
-        })),
-    );
-    editor.setDecorations(
-      this.hereDeco,
-      plan.edits.map((d) => ({ range: toRange({ start: d.range.start, end: d.range.start }) })),
-    );
+    const struck: vscode.DecorationOptions[] = [];
+    const labels: vscode.DecorationOptions[] = [];
+    const lines: vscode.DecorationOptions[] = [];
+    for (const e of shown.edits) {
+      if (!plan.edits.some((d) => d.index === e.index && d.inViewport)) continue;
+      const hs = hunks(e.range, e.oldText, e.newText);
+      for (const h of hs) if (comparePosRange(h.range)) struck.push({ range: toRange(h.range) });
+      if (isPreview(e.oldText, e.newText)) {
+        // the new lines, whole, beside the last old line and in the hover: never spliced inline
+        const doc = editor.document;
+        const first = e.range.start.line;
+        const last = e.range.end.line;
+        const newLines = (doc.lineAt(first).text.slice(0, e.range.start.character) + e.newText + doc.lineAt(last).text.slice(e.range.end.character)).split("\n");
+        lines.push({ range: new vscode.Range(first, 0, last, doc.lineAt(last).text.length) });
+        labels.push({
+          range: new vscode.Range(last, doc.lineAt(last).text.length, last, doc.lineAt(last).text.length),
+          hoverMessage: new vscode.MarkdownString().appendCodeblock(newLines.join("\n"), doc.languageId).appendMarkdown(hint),
+          renderOptions: { after: { contentText: `  ⇣ ${newLines.map((l) => l.trim()).join(" ⏎ ")}` } },
+        });
+      } else {
+        for (const h of hs) {
+          if (!h.newText) continue;
+          labels.push({
+            range: toRange({ start: h.range.end, end: h.range.end }),
+            hoverMessage: new vscode.MarkdownString().appendCodeblock(e.newText, editor.document.languageId).appendMarkdown(hint),
+            renderOptions: { after: { contentText: h.newText } },
+          });
+        }
+      }
+    }
+    editor.setDecorations(this.replaceDeco, struck);
+    editor.setDecorations(this.labelDeco, labels);
+    editor.setDecorations(this.hereDeco, lines);
     const marker = (dir: "up" | "down") =>
       plan.gutter
         .filter((g) => g.direction === dir)

@@ -83,7 +83,7 @@ test("didChangeConfiguration wraps the same payload under settings.editserver", 
 });
 
 test("command line carries url, autostart and model", () => {
-  assert.deepEqual(serverArgs(DEFAULTS), ["lsp", "--server-url", "http://127.0.0.1:8000"]);
+  assert.deepEqual(serverArgs(DEFAULTS), ["lsp"]); // no URL: the language server starts its own on a free port
   const s = readSettings(getter({ autostart: false, modelPath: "/m", serverUrl: "http://127.0.0.1:1" }));
   assert.deepEqual(serverArgs(s, "/tmp/l.log"), ["lsp", "--server-url", "http://127.0.0.1:1", "--no-autostart", "--model", "/m", "--log-file", "/tmp/l.log"]);
 });

@@ -15,12 +15,15 @@ M.defaults = {
   -- The `editserver` executable: a name looked up on $PATH, or an absolute path.
   executable = 'editserver',
   -- URL of the editserver HTTP server (`editserver serve`) the language server talks to.
-  server_url = 'http://127.0.0.1:8000',
+  -- nil: the language server starts a server of its own on a free port (never one someone else
+  -- left listening); set it to share a server you started yourself.
+  server_url = nil,
   -- Let the language server start `editserver serve` when nothing answers at server_url.
   autostart = true,
   -- Checkpoint directory for the autostarted server (`--model`); nil = the shipped default model.
   model = nil,
-  -- Language server log file (`--log-file`); nil = no log file.
+  -- Language server debug log (`--log-file`); nil = none. The model server's own log is
+  -- $XDG_STATE_HOME/editserver/serve.log (`:Editserver log` opens it).
   log_file = nil,
   -- Filetypes the language server is started for.
   filetypes = { 'python', 'javascript', 'typescript', 'javascriptreact', 'typescriptreact', 'go', 'rust' },
@@ -36,9 +39,16 @@ M.defaults = {
   next_edit = {
     -- Next-edit suggestions (edits elsewhere in the file after you change something).
     enabled = true,
-    -- Ask automatically after a change in normal mode and when leaving insert mode; false: only
-    -- on :Editserver next_edit / require('editserver').next_edit.request().
+    -- Ask automatically once you are idle after an edit (a normal-mode change, or leaving insert
+    -- mode after typing); the language server asks the model only when the edit renamed something,
+    -- changed a literal or a signature. false: only on :Editserver next_edit.
     auto = true,
+    -- Idle time (ms) after such an edit before asking.
+    debounce_ms = 200,
+  },
+  highlights = {
+    -- Ghost text colour: a highlight group to link to (Comment reads in 16/256-colour terminals).
+    ghost = 'Comment',
   },
   -- Local-only telemetry (a SQLite file the language server writes; never sent anywhere).
   telemetry = {
@@ -76,14 +86,15 @@ end
 -- Expected type of each leaf ("string|nil" etc.); keys absent here are rejected as unknown.
 local schema = {
   executable = 'string',
-  server_url = 'string',
+  server_url = 'string|nil',
   autostart = 'boolean',
   model = 'string|nil',
   log_file = 'string|nil',
   filetypes = 'list',
   debounce_ms = 'number',
   fim = { enabled = 'boolean', native = 'string|boolean' },
-  next_edit = { enabled = 'boolean', auto = 'boolean' },
+  next_edit = { enabled = 'boolean', auto = 'boolean', debounce_ms = 'number' },
+  highlights = { ghost = 'string' },
   telemetry = { enabled = 'boolean', path = 'string|nil' },
   keymaps = {
     accept = 'string|boolean',
@@ -145,7 +156,7 @@ function M.resolve(user)
     table.insert(problems, 'debounce_ms should be >= 0')
     opts.debounce_ms = M.defaults.debounce_ms
   end
-  if not opts.server_url:match('^https?://') then
+  if opts.server_url and not opts.server_url:match('^https?://') then
     table.insert(problems, ('server_url should start with http:// or https://, got %q'):format(opts.server_url))
     opts.server_url = M.defaults.server_url
   end
@@ -161,7 +172,7 @@ function M.init_options(opts, enabled)
     telemetry.path = opts.telemetry.path
   end
   return {
-    serverUrl = opts.server_url,
+    serverUrl = opts.server_url or '',
     autostart = opts.autostart,
     debounceMs = opts.debounce_ms,
     enableFim = enabled and opts.fim.enabled,
@@ -189,7 +200,10 @@ end
 
 --- Command line of the language server.
 function M.argv(opts, exe)
-  local argv = { exe, 'lsp', '--server-url', opts.server_url }
+  local argv = { exe, 'lsp' }
+  if opts.server_url then
+    vim.list_extend(argv, { '--server-url', opts.server_url })
+  end
   if not opts.autostart then
     table.insert(argv, '--no-autostart')
   end

@@ -12,6 +12,11 @@
 --- - Partial accept inserts the next word/line of the remaining text itself (same rules as the VS
 ---   Code extension, see partial.lua); the next keystroke-triggered request brings the rest back.
 --- - Keys are expr mappings that fall back to the key's normal meaning when nothing is shown.
+--- - After a full accept that completes the line, no ghost text is shown until the user types
+---   again (the editor's own re-request right after the accept is answered with nothing): a
+---   suggestion nobody asked for at the end of a finished line is noise (a stray `)`).
+--- - A typed character that contradicts the ghost text clears it at once (InsertCharPre), instead of
+---   leaving the stale text up until the next answer arrives.
 
 local util = require('editserver.util')
 local partial = require('editserver.partial')
@@ -35,8 +40,14 @@ local METHOD = 'textDocument/inlineCompletion'
 
 ---@type table<integer, editserver.GhostItem?>  bufnr -> item on screen
 local shown = {}
----@type table<integer, {timer: uv.uv_timer_t?, native: boolean}>
+---@type table<integer, {timer: uv.uv_timer_t?, native: boolean, quiet: boolean?}>
 local buffers = {}
+
+--- True while answers for `bufnr` are to be dropped (after an accept that completed the line).
+local function quiet(bufnr)
+  local b = buffers[bufnr]
+  return b ~= nil and b.quiet == true
+end
 
 local function item_id(item)
   local cmd = item.command
@@ -113,6 +124,10 @@ function M.wrap_rpc(rpc)
     if method == METHOD and callback then
       local inner = callback
       callback = function(err, result, ...)
+        local ok, bufnr = pcall(vim.uri_to_bufnr, params.textDocument.uri)
+        if ok and quiet(bufnr) then
+          result = { items = {} }
+        end
         local r = { inner(err, result, ...) }
         if not err then
           pcall(M.on_items, params, result)
@@ -183,7 +198,7 @@ local function request(bufnr)
       return
     end
     local item = to_item(bufnr, client, result)
-    if item and remaining(bufnr, item) == '' then
+    if item and (remaining(bufnr, item) == '' or quiet(bufnr)) then
       item = nil
     end
     set_shown(bufnr, item)
@@ -236,8 +251,26 @@ function M.attach(client, bufnr, opts)
     group = group,
     buffer = bufnr,
     callback = function()
+      buffers[bufnr].quiet = false
       hide(bufnr)
       set_shown(bufnr, nil)
+    end,
+  })
+  api.nvim_create_autocmd('InsertCharPre', {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      local b = buffers[bufnr]
+      b.quiet = false -- the user typed: a fresh request may show again
+      local item = shown[bufnr]
+      if not item or item.accepted then
+        return
+      end
+      local rest = remaining(bufnr, item)
+      local ch = vim.v.char
+      if rest ~= '' and rest:sub(1, #ch) ~= ch then
+        M.clear_stale(bufnr)
+      end
     end,
   })
   api.nvim_create_autocmd({ 'BufUnload', 'LspDetach' }, {
@@ -283,6 +316,46 @@ local function exec_command(client, command, bufnr)
   end
 end
 
+--- Hide a suggestion the user's typing contradicts (didReject), at once.
+function M.clear_stale(bufnr)
+  local b = buffers[bufnr]
+  if not b or not shown[bufnr] then
+    return
+  end
+  set_shown(bufnr, nil)
+  if b.native then
+    -- InsertCharPre forbids some changes (textlock): drop the drawn text now, reset the module after
+    local ns_native = api.nvim_get_namespaces()['nvim.lsp.inline_completion']
+    if ns_native then
+      pcall(api.nvim_buf_clear_namespace, bufnr, ns_native, 0, -1)
+    end
+  else
+    hide(bufnr)
+  end
+end
+
+--- After a full accept: stay quiet until the user types, when the accept finished the line.
+local function quiet_if_line_done(bufnr)
+  vim.schedule(function()
+    local b = buffers[bufnr]
+    if not b or not api.nvim_buf_is_valid(bufnr) or api.nvim_get_current_buf() ~= bufnr then
+      return
+    end
+    local row, col = unpack(api.nvim_win_get_cursor(0))
+    local line = api.nvim_buf_get_lines(bufnr, row - 1, row, true)[1]
+    if line:sub(col + 1):match('^%s*$') then
+      b.quiet = true
+      hide(bufnr)
+      if b.native then
+        local ns_native = api.nvim_get_namespaces()['nvim.lsp.inline_completion']
+        if ns_native then
+          api.nvim_buf_clear_namespace(bufnr, ns_native, 0, -1)
+        end
+      end
+    end
+  end)
+end
+
 --- Accept the whole suggestion. Returns false when nothing is shown (the caller falls back).
 function M.accept(bufnr)
   bufnr = util.buf(bufnr)
@@ -295,6 +368,7 @@ function M.accept(bufnr)
       return false
     end
     item.accepted = true
+    quiet_if_line_done(bufnr)
     return true
   end
   item.accepted = true
@@ -306,6 +380,7 @@ function M.accept(bufnr)
     if client and item.command then
       exec_command(client, item.command, bufnr)
     end
+    quiet_if_line_done(bufnr)
   end)
   return true
 end

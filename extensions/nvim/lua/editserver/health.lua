@@ -2,14 +2,18 @@
 ---
 --- Design decisions:
 --- - Each check says what to do when it fails (install, set an option, start the server).
---- - The model server is probed directly (GET /health) rather than through the language server, so
----   the check also works before any buffer started the client.
+--- - State is read live: the language server is asked (`editserver/info`) for its state, the server
+---   URL it uses (its own on a free port, or the configured one), the server log, restarts and the
+---   completions withheld below the threshold in the last minute; nothing cached is shown as current.
+--- - The model server is probed directly (GET /health) at the URL the language server uses (or the
+---   configured one before any buffer started the client).
 
 local M = {}
 
 local health = vim.health
 
 function M.check()
+  local state_url
   local es = require('editserver')
   local config = require('editserver.config')
   local opts = es.options()
@@ -49,30 +53,63 @@ function M.check()
       local bufs = vim.tbl_keys(c.attached_buffers or {})
       health.ok(('running (client id %d, %d buffer(s) attached)'):format(c.id, #bufs))
     end
-    local st = es.status()
-    if st.state then
-      local line = 'server state: ' .. st.state .. (st.message and (' (' .. st.message .. ')') or '')
-      if st.state == 'ready' then
+    local info, why = es.info(2000)
+    if info then
+      for k, v in pairs(info) do
+        if v == vim.NIL then
+          info[k] = nil
+        end
+      end
+    end
+    if not info then
+      health.warn('no live state from the language server: ' .. tostring(why), { 'Try :Editserver restart' })
+    else
+      local line = 'server state: ' .. tostring(info.state) .. (info.message and (' (' .. info.message .. ')') or '')
+      if info.state == 'ready' then
         health.ok(line)
       else
-        health.warn(line)
+        health.warn(line, { 'See :Editserver log; :Editserver restart starts the language server again' })
       end
+      health.info(('model server: %s (%s)'):format(
+        info.serverUrl,
+        info.ownPort and 'its own, on a free port' or 'as configured'
+      ))
+      health.info(('model server log: %s (:Editserver log); restarts so far: %d'):format(info.serveLog, info.restarts or 0))
+      local threshold = info.fimThreshold ~= nil and tostring(info.fimThreshold) or 'not known yet'
+      local withheld = ('completions withheld below the threshold (%s) in the last minute: %d'):format(
+        threshold,
+        info.withheld or 0
+      )
+      local advice = { 'To see more of them, start the server yourself with ' .. tostring(info.thresholdHelp)
+        .. ' and set server_url to it' }
+      if (info.withheld or 0) > 0 then
+        health.warn(withheld, advice)
+      else
+        health.info(withheld)
+      end
+      state_url = info.serverUrl
     end
   end
 
   health.start('editserver: model server')
-  local res, err = require('editserver.http').get(opts.server_url:gsub('/+$', '') .. '/health', 2000)
+  local url = state_url or opts.server_url
+  if not url then
+    health.info('the language server starts a server of its own (on a free port) when it attaches')
+    return
+  end
+  url = url:gsub('/+$', '')
+  local res, err = require('editserver.http').get(url .. '/health', 2000)
   if not res then
     local advice = opts.autostart and 'The language server starts `editserver serve` when it attaches (autostart = true).'
       or 'Start it with `editserver serve`, or set autostart = true.'
-    health.error(('unreachable at %s: %s'):format(opts.server_url, err), { advice })
+    health.error(('unreachable at %s: %s'):format(url, err), { advice, 'See :Editserver log, then :Editserver restart' })
     return
   end
   if res.status ~= 200 then
-    health.error(('%s/health answered HTTP %d'):format(opts.server_url, res.status))
+    health.error(('%s/health answered HTTP %d'):format(url, res.status))
     return
   end
-  health.ok('reachable at ' .. opts.server_url)
+  health.ok('reachable at ' .. url)
   local ok, body = pcall(vim.json.decode, res.body)
   if not ok or type(body) ~= 'table' then
     health.warn('/health did not return JSON')

@@ -9,8 +9,11 @@
 ---   a function so the RPC client can be wrapped to observe inline completion responses (telemetry
 ---   for the native 0.12 renderer, see ghost.lua).
 --- - Server state comes from `editserver/status` and is kept for statuslines
----   (require('editserver').statusline()); outages are announced by the server itself through
----   window/showMessage, once per outage, so the plugin does not add its own popup.
+---   (require('editserver').statusline()), with the completions withheld below the server's
+---   threshold in the last minute; `:checkhealth` asks the server for its live state
+---   (`editserver/info`). Outages are announced by the server itself (window/showMessage, once per
+---   outage); the plugin shows every server message as one line of at most 80 columns with
+---   vim.notify, so typing is never stopped by a "Press ENTER" prompt.
 --- - A missing executable is reported once per Neovim run with what to do, not per buffer.
 
 local config = require('editserver.config')
@@ -57,7 +60,50 @@ function M.statusline()
     return #vim.lsp.get_clients({ name = util.name }) > 0 and 'editserver: starting' or ''
   end
   local latency = st.state == 'ready' and st.latencyMs and (' %dms'):format(math.floor(st.latencyMs + 0.5)) or ''
-  return 'editserver: ' .. st.state .. latency
+  local withheld = ''
+  if st.state == 'ready' and (st.withheld or 0) > 0 then
+    withheld = (' (%d withheld <%s)'):format(st.withheld, st.fimThreshold or '?')
+  end
+  return 'editserver: ' .. st.state .. latency .. withheld
+end
+
+--- One line that fits the screen without a "Press ENTER" prompt.
+function M.oneline(msg)
+  local line = tostring(msg):gsub('%s+', ' ')
+  local max = math.min(80, math.max(20, vim.o.columns - 12))
+  if vim.fn.strdisplaywidth(line) > max then
+    line = vim.fn.strcharpart(line, 0, max - 1) .. '…'
+  end
+  return line
+end
+
+local function on_show_message(_, params)
+  if type(params) ~= 'table' or type(params.message) ~= 'string' then
+    return
+  end
+  local levels = vim.log.levels
+  local level = ({ levels.WARN, levels.WARN, levels.INFO, levels.DEBUG })[params.type] or levels.INFO
+  vim.schedule(function()
+    vim.notify(M.oneline(params.message), level)
+  end)
+end
+
+--- Live state from the language server (`editserver/info`), or nil and why.
+function M.info(timeout_ms)
+  local client = vim.lsp.get_clients({ name = util.name })[1]
+  if not client then
+    return nil, 'the language server is not running'
+  end
+  local res, err
+  if util.has_011 then
+    res, err = client:request_sync('editserver/info', {}, timeout_ms or 2000)
+  else
+    res, err = client.request_sync('editserver/info', {}, timeout_ms or 2000)
+  end
+  if not res or res.err then
+    return nil, err or (res and res.err and res.err.message) or 'no answer'
+  end
+  return res.result
 end
 
 local function on_status(_, params)
@@ -66,6 +112,7 @@ local function on_status(_, params)
   end
   local prev = state.status.latencyMs
   state.status = vim.deepcopy(params)
+  state.status.at = vim.uv.now()
   if state.status.latencyMs == nil then
     state.status.latencyMs = prev
   end
@@ -77,11 +124,31 @@ local function highlights()
   local set = function(name, link)
     api.nvim_set_hl(0, name, { link = link, default = true })
   end
-  set('EditserverGhost', vim.fn.hlexists('ComplHint') == 1 and 'ComplHint' or 'Comment')
+  -- Ghost text: a group with a terminal colour too (ComplHint links to NonText, which many
+  -- colourschemes give a GUI colour only). Neovim 0.12's own renderer draws with ComplHint, so
+  -- that is pointed here as well.
+  -- The configured group's colours, with a grey terminal colour (8) when it has none.
+  local g = api.nvim_get_hl(0, { name = state.opts.highlights.ghost, link = false })
+  api.nvim_set_hl(0, 'EditserverGhost', {
+    fg = g.fg,
+    ctermfg = g.ctermfg or 8,
+    italic = g.italic,
+    cterm = { italic = g.cterm and g.cterm.italic or nil },
+  })
+  if state.opts.fim.native ~= false then
+    api.nvim_set_hl(0, 'ComplHint', { link = 'EditserverGhost' })
+  end
   local del = api.nvim_get_hl(0, { name = 'DiffDelete', link = false })
-  api.nvim_set_hl(0, 'EditserverNextEditDelete', { default = true, strikethrough = true, bg = del.bg, ctermbg = del.ctermbg })
-  set('EditserverNextEditInsert', 'DiffAdd')
-  set('EditserverNextEditSign', 'DiagnosticHint')
+  api.nvim_set_hl(0, 'EditserverNextEditDelete', {
+    default = true,
+    strikethrough = true,
+    bg = del.bg,
+    ctermbg = del.ctermbg,
+    fg = del.fg,
+    ctermfg = del.ctermfg or 1,
+  })
+  set('EditserverNextEditInsert', 'DiffText') -- the changed tokens of a proposed edit
+  set('EditserverNextEditPreview', 'DiffAdd') -- the unchanged rest of a previewed line
 end
 
 -- Keys: act when a suggestion is shown, otherwise do what the key normally does.
@@ -163,7 +230,7 @@ function M.attach(bufnr)
   if not exe then
     if not state.told_missing then
       state.told_missing = true
-      vim.notify('editserver: ' .. reason, vim.log.levels.ERROR)
+      vim.notify(M.oneline('editserver: executable not found; see :checkhealth editserver'), vim.log.levels.WARN)
     end
     state.status = { state = 'unreachable', message = reason }
     return nil
@@ -179,7 +246,11 @@ function M.attach(bufnr)
     root_dir = root,
     init_options = init,
     settings = { editserver = init },
-    handlers = { ['editserver/status'] = on_status },
+    handlers = {
+      ['editserver/status'] = on_status,
+      ['editserver/nextEditPartial'] = nextedit.on_partial,
+      ['window/showMessage'] = on_show_message,
+    },
     on_attach = on_attach,
   }, {
     bufnr = bufnr,
@@ -273,13 +344,25 @@ local subcommands = {
     nextedit.request(0)
   end,
   log = function()
-    if state.opts.log_file then
-      vim.cmd.split(vim.fn.fnameescape(state.opts.log_file))
-    else
-      vim.cmd.split(vim.fn.fnameescape(vim.lsp.get_log_path()))
+    -- the model server's log (where a crash shows), as the running language server reports it
+    -- (a server someone else started logs elsewhere: then the language server's own log, if set)
+    local info = M.info(1000)
+    local path = info and type(info.serveLog) == 'string' and info.serveLog or M.default_serve_log()
+    if vim.fn.filereadable(path) == 0 and state.opts.log_file and vim.fn.filereadable(state.opts.log_file) == 1 then
+      path = state.opts.log_file
     end
+    if vim.fn.filereadable(path) == 0 then
+      vim.notify(M.oneline('editserver: no log yet at ' .. path), vim.log.levels.WARN)
+      return
+    end
+    vim.cmd.split(vim.fn.fnameescape(path))
   end,
 }
+
+function M.default_serve_log()
+  local base = vim.env.XDG_STATE_HOME or (vim.env.HOME .. '/.local/state')
+  return base .. '/editserver/serve.log'
+end
 
 ---@param opts? table see config.lua
 function M.setup(opts)
@@ -289,7 +372,7 @@ function M.setup(opts)
   state.setup = true
   state.told_missing = false
   for _, p in ipairs(problems) do
-    vim.notify('editserver: ' .. p .. ' (using the default)', vim.log.levels.WARN)
+    vim.notify(M.oneline('editserver: ' .. p .. ' (using the default)'), vim.log.levels.WARN)
   end
   highlights()
   local group = api.nvim_create_augroup('editserver', { clear = true })

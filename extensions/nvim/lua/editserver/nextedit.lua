@@ -1,127 +1,45 @@
 --- Next edits: proposed edits anywhere in the buffer, drawn where they are, applied with keys.
 ---
 --- Design decisions:
---- - Each proposed edit is tracked by an invisible range extmark, so applying one edit (or part of
----   one) moves the others with the text; nothing is re-requested until the user edits.
---- - Display trims the text the edit keeps (common prefix/suffix) so a rename shows only the changed
----   word: the old part highlighted as deleted, then "→" and the new part as inline virtual text
----   (further lines as virtual lines), and a sign on the edit's first line.
+--- - When to ask: once idle (`next_edit.debounce_ms`) after a normal-mode change, or after leaving
+---   insert mode having typed something; a bare InsertLeave asks nothing. Requests say
+---   `trigger = "auto"`, and the language server asks the model only when the edit renamed
+---   something, changed a literal or a signature. Any new edit cancels the request in flight.
+--- - Streaming: requests ask for `partialResults`; each `editserver/nextEditPartial` is drawn as it
+---   arrives (best regions first, as the server finishes them), the final reply completes the set
+---   and gives each edit its index.
+--- - Each edit is split into token hunks (diff.lua), each tracked by an invisible range extmark so
+---   applying one moves the others with the text.
+--- - Drawing, as Copilot's next edits do: a one-line change shows only its changed tokens inline
+---   (old tokens struck through, new tokens after them); a multi-line change leaves the lines as
+---   they are (changed tokens struck through) and previews the new lines below them as virtual
+---   lines, changed tokens highlighted. No signs: the sign column never appears or shifts text.
 --- - `jump` goes to the next edit in document order from the cursor (wrapping); on an edit's lines
 ---   it applies that edit, so <Tab><Tab> = go there, apply.
---- - Partial accept (word/line) removes the edit's old part with the first piece and then inserts
----   its new part piece by piece; the edit stays proposed until all of it is in.
---- - Any edit the user makes while edits are shown rejects them (didReject) and asks again after
----   `debounce_ms`; the plugin's own changes are recognised by changedtick.
+--- - Partial accept applies whole hunks: "word" the next hunk, "line" every hunk starting on its
+---   line, so the buffer never holds half a token of either side.
+--- - Any edit the user makes while edits are shown rejects them (didReject); the plugin's own changes
+---   are recognised by changedtick.
 
 local util = require('editserver.util')
-local partial = require('editserver.partial')
+local diff = require('editserver.diff')
+local draw = require('editserver.nextedit_draw')
 
 local api = vim.api
 local M = {}
 
-M.ns_show = api.nvim_create_namespace('editserver.next_edit')
-local ns_track = api.nvim_create_namespace('editserver.next_edit.track')
+M.ns_show = draw.ns_show
+local ns_track = draw.ns_track
 local METHOD = 'editserver/nextEdit'
 
----@class editserver.NextEdit
----@field index integer  index in the server's `edits` (didAccept's editIndex)
----@field mark integer   tracker extmark spanning the text the edit replaces
----@field new_text string
-
----@class editserver.NextEditSet
----@field id string
----@field client_id integer
----@field edits editserver.NextEdit[]
-
----@type table<integer, {set: editserver.NextEditSet?, timer: uv.uv_timer_t?, own_tick: integer?, opts: editserver.Options}>
+---@type table<integer, table>  per buffer: {set?, timer?, own_tick?, insert_tick?, pending?, opts, last?}
 local buffers = {}
 
-local function range_of(bufnr, e)
-  local m = api.nvim_buf_get_extmark_by_id(bufnr, ns_track, e.mark, { details = true })
-  return m[1], m[2], m[3].end_row, m[3].end_col
-end
-
-local function track(bufnr, srow, scol, erow, ecol)
-  return api.nvim_buf_set_extmark(bufnr, ns_track, srow, scol, {
-    end_row = erow,
-    end_col = ecol,
-    right_gravity = true, -- text inserted right before the edit is not part of it
-    end_right_gravity = false, -- nor text inserted right after it
-  })
-end
-
---- Common prefix and suffix lengths (bytes) of `a` and `b`, not overlapping.
-local function trim(a, b)
-  local n = math.min(#a, #b)
-  local p = 0
-  while p < n and a:byte(p + 1) == b:byte(p + 1) do
-    p = p + 1
-  end
-  local s = 0
-  while s < n - p and a:byte(#a - s) == b:byte(#b - s) do
-    s = s + 1
-  end
-  return p, s
-end
-
---- The edit split into kept/changed parts: old text, the changed old part's range, the new part.
-local function parts(bufnr, e)
-  local srow, scol, erow, ecol = range_of(bufnr, e)
-  local old = util.get_text(bufnr, srow, scol, erow, ecol)
-  local p, s = trim(old, e.new_text)
-  local mrow, mcol = util.end_of(srow, scol, old:sub(1, p))
-  local old_mid = old:sub(p + 1, #old - s)
-  local nrow, ncol = util.end_of(mrow, mcol, old_mid)
-  return {
-    srow = srow,
-    scol = scol,
-    erow = erow,
-    ecol = ecol,
-    old = old,
-    p = p,
-    s = s,
-    old_mid = old_mid,
-    new_mid = e.new_text:sub(p + 1, #e.new_text - s),
-    mid = { mrow, mcol, nrow, ncol },
-  }
-end
+local hunk_range, track, before, edit_range = draw.hunk_range, draw.track, draw.before, draw.edit_range
+local sorted_hunks, new_text_of = draw.sorted_hunks, draw.new_text_of
 
 local function render(bufnr)
-  api.nvim_buf_clear_namespace(bufnr, M.ns_show, 0, -1)
-  local set = buffers[bufnr] and buffers[bufnr].set
-  if not set then
-    return
-  end
-  for _, e in ipairs(set.edits) do
-    local x = parts(bufnr, e)
-    local mrow, mcol, nrow, ncol = unpack(x.mid)
-    if x.old_mid ~= '' then
-      api.nvim_buf_set_extmark(bufnr, M.ns_show, mrow, mcol, {
-        end_row = nrow,
-        end_col = ncol,
-        hl_group = 'EditserverNextEditDelete',
-      })
-    end
-    local lines = vim.split(x.new_mid, '\n', { plain = true })
-    if x.old_mid ~= '' and x.new_mid ~= '' then
-      -- A replacement reads "old→new" (old struck through), also without colours.
-      lines[1] = '→' .. lines[1]
-    end
-    local virt_lines = {}
-    for i = 2, #lines do
-      table.insert(virt_lines, { { lines[i], 'EditserverNextEditInsert' } })
-    end
-    api.nvim_buf_set_extmark(bufnr, M.ns_show, nrow, ncol, {
-      virt_text = lines[1] ~= '' and { { lines[1], 'EditserverNextEditInsert' } } or nil,
-      virt_text_pos = 'inline',
-      virt_lines = #virt_lines > 0 and virt_lines or nil,
-      sign_text = nrow == mrow and '»' or nil,
-      sign_hl_group = 'EditserverNextEditSign',
-    })
-    if nrow ~= mrow then
-      api.nvim_buf_set_extmark(bufnr, M.ns_show, mrow, 0, { sign_text = '»', sign_hl_group = 'EditserverNextEditSign' })
-    end
-  end
+  draw.render(bufnr, buffers[bufnr] and buffers[bufnr].set)
 end
 
 local function clear(bufnr)
@@ -142,7 +60,8 @@ local function send(set, method, params)
   end
 end
 
---- Proposed edits in `bufnr`, for statuslines and tests: list of {index, range = {srow, scol, erow, ecol}, old, new}.
+--- Proposed edits in `bufnr`, for statuslines and tests:
+--- {id, edits = {{index, range = {srow, scol, erow, ecol}, old, new, preview, hunks}}}.
 function M.current(bufnr)
   bufnr = util.buf(bufnr)
   local set = buffers[bufnr] and buffers[bufnr].set
@@ -151,18 +70,20 @@ function M.current(bufnr)
   end
   local out = { id = set.id, edits = {} }
   for _, e in ipairs(set.edits) do
-    local srow, scol, erow, ecol = range_of(bufnr, e)
+    local srow, scol, erow, ecol = edit_range(bufnr, e)
     table.insert(out.edits, {
       index = e.index,
       range = { srow, scol, erow, ecol },
       old = util.get_text(bufnr, srow, scol, erow, ecol),
-      new = e.new_text,
+      new = new_text_of(bufnr, e),
+      preview = e.preview,
+      hunks = #e.hunks,
     })
   end
   return out
 end
 
---- The last nextEdit response for `bufnr`: {id, count} (count = edits the server proposed).
+--- The last final nextEdit reply for `bufnr`: {id, count, skipped?, partials}.
 function M.last(bufnr)
   local b = buffers[util.buf(bufnr)]
   return b and b.last
@@ -173,60 +94,155 @@ function M.visible(bufnr)
   return b ~= nil and b.set ~= nil
 end
 
---- Show a nextEdit response (exposed for the renderer's own tests as `M.show`).
-local function show(bufnr, client, result)
-  bufnr = util.buf(bufnr)
-  clear(bufnr)
-  if buffers[bufnr] then
-    buffers[bufnr].last = { id = type(result) == 'table' and result.id or nil, count = type(result) == 'table' and type(result.edits) == 'table' and #result.edits or 0 }
+local function key_of(e)
+  return ('%d:%d:%d:%d:%s'):format(e.range.start.line, e.range.start.character, e.range['end'].line, e.range['end'].character, e.newText)
+end
+
+--- Add server edits (LSP shape) to the buffer's set `id`, creating it when needed.
+local function add(bufnr, client, id, edits, first_index)
+  local b = buffers[bufnr]
+  if not b.set or b.set.id ~= id then
+    clear(bufnr)
+    b.set = { id = id, client_id = client.id, edits = {}, shown = false }
   end
-  if type(result) ~= 'table' or type(result.id) ~= 'string' or type(result.edits) ~= 'table' then
-    return
-  end
+  local set = b.set
   local uri = vim.uri_from_bufnr(bufnr)
-  local set = { id = result.id, client_id = client.id, edits = {} }
-  for i, e in ipairs(result.edits) do
-    if e.textDocument and e.textDocument.uri == uri and e.range and type(e.newText) == 'string' then
+  for i, e in ipairs(edits) do
+    local key = type(e) == 'table' and e.range and type(e.newText) == 'string' and key_of(e)
+    local dup = false
+    for _, x in ipairs(set.edits) do
+      if key and x.key == key then
+        x.index = first_index and (first_index + i - 1) or x.index
+        dup = true
+      end
+    end
+    if key and not dup and e.textDocument and e.textDocument.uri == uri then
       local srow, scol = util.to_byte(bufnr, e.range.start, client.offset_encoding)
       local erow, ecol = util.to_byte(bufnr, e.range['end'], client.offset_encoding)
-      if util.get_text(bufnr, srow, scol, erow, ecol) ~= e.newText then
-        table.insert(set.edits, { index = i - 1, mark = track(bufnr, srow, scol, erow, ecol), new_text = e.newText })
+      local old = util.get_text(bufnr, srow, scol, erow, ecol)
+      if old ~= e.newText then
+        local edit = { index = (first_index or #set.edits) + i - 1, key = key, hunks = {} }
+        edit.whole = track(bufnr, srow, scol, erow, ecol) -- the previewed lines
+        edit.preview = old:find('\n', 1, true) ~= nil or e.newText:find('\n', 1, true) ~= nil
+        for _, h in ipairs(diff.hunks(old, e.newText)) do
+          local hr, hc = util.end_of(srow, scol, old:sub(1, h.off))
+          local her, hec = util.end_of(hr, hc, h.old)
+          table.insert(edit.hunks, { mark = track(bufnr, hr, hc, her, hec), new = h.new })
+        end
+        table.insert(set.edits, edit)
       end
     end
   end
   if #set.edits == 0 then
+    b.set = nil
     return
   end
-  buffers[bufnr].set = set
   render(bufnr)
-  send(set, 'editserver/didShow', { id = set.id })
+  if not set.shown then
+    set.shown = true
+    send(set, 'editserver/didShow', { id = set.id })
+  end
 end
 
-M.show = show
+--- Show a whole nextEdit reply (replaces what is shown).
+function M.show(bufnr, client, result)
+  bufnr = util.buf(bufnr)
+  clear(bufnr)
+  if type(result) ~= 'table' or type(result.id) ~= 'string' or type(result.edits) ~= 'table' then
+    return
+  end
+  add(bufnr, client, result.id, result.edits, 0)
+end
 
---- Ask the server for next edits at the cursor.
-function M.request(bufnr)
+local function usable(bufnr, b, version)
+  return api.nvim_buf_is_valid(bufnr)
+    and b.pending ~= nil
+    and api.nvim_buf_get_changedtick(bufnr) == b.pending.tick
+    and (version == nil or version == b.pending.version)
+    and api.nvim_get_mode().mode:sub(1, 1) ~= 'i' -- typing: ghost text has the floor
+end
+
+--- `editserver/nextEditPartial`: one region's edits, drawn as soon as they arrive.
+function M.on_partial(_, params, ctx)
+  if type(params) ~= 'table' or type(params.textDocument) ~= 'table' or type(params.edits) ~= 'table' then
+    return
+  end
+  local bufnr = vim.uri_to_bufnr(params.textDocument.uri)
+  local b = buffers[bufnr]
+  local client = vim.lsp.get_client_by_id(ctx.client_id)
+  if not b or not client or not usable(bufnr, b, params.textDocument.version) then
+    return
+  end
+  b.pending.partials = b.pending.partials + 1
+  add(bufnr, client, params.id, params.edits, nil)
+end
+
+local function cancel(bufnr)
+  local b = buffers[bufnr]
+  local p = b and b.pending
+  if not p then
+    return
+  end
+  b.pending = nil
+  local client = vim.lsp.get_client_by_id(p.client_id)
+  if client and p.request_id then
+    if util.has_011 then
+      client:cancel_request(p.request_id)
+    else
+      client.cancel_request(p.request_id)
+    end
+  end
+end
+
+--- Ask the server for next edits at the cursor. `trigger`: "auto" (after an edit) or "manual".
+function M.request(bufnr, trigger)
   bufnr = util.buf(bufnr)
   local b = buffers[bufnr]
   local client = util.client(bufnr)
   if not b or not client then
     return false
   end
-  local tick = api.nvim_buf_get_changedtick(bufnr)
+  cancel(bufnr)
   local pos = vim.lsp.util.make_position_params(0, client.offset_encoding).position
-  util.request(client, METHOD, { textDocument = { uri = vim.uri_from_bufnr(bufnr) }, position = pos }, function(err, result)
-    if err then
-      vim.notify(('editserver: next edit failed: %s'):format(err.message or vim.inspect(err)), vim.log.levels.WARN)
-      return
+  local params = {
+    textDocument = { uri = vim.uri_from_bufnr(bufnr) },
+    position = pos,
+    trigger = trigger or 'manual',
+    partialResults = true,
+  }
+  local pending = {
+    tick = api.nvim_buf_get_changedtick(bufnr),
+    version = vim.lsp.util.buf_versions[bufnr],
+    client_id = client.id,
+    partials = 0,
+  }
+  b.pending = pending
+  local _, request_id = util.request(client, METHOD, params, function(err, result)
+    if b.pending ~= pending then
+      return -- cancelled or superseded
     end
-    if not api.nvim_buf_is_valid(bufnr) or api.nvim_buf_get_changedtick(bufnr) ~= tick then
+    if err then
+      b.pending = nil
+      return -- the server logged it; a failed suggestion is not worth interrupting the user
+    end
+    b.last = {
+      id = type(result) == 'table' and result.id or nil,
+      count = type(result) == 'table' and type(result.edits) == 'table' and #result.edits or 0,
+      skipped = type(result) == 'table' and result.skipped or nil,
+      partials = pending.partials,
+    }
+    if not usable(bufnr, b, nil) then
+      b.pending = nil
       return -- the text moved on; a newer request is coming
     end
-    if api.nvim_get_mode().mode:sub(1, 1) == 'i' then
-      return -- typing: ghost text has the floor
+    b.pending = nil
+    if type(result) == 'table' and type(result.id) == 'string' and type(result.edits) == 'table' then
+      if #result.edits > 0 then
+        add(bufnr, client, result.id, result.edits, 0)
+      end
     end
-    show(bufnr, client, result)
   end, bufnr)
+  pending.request_id = request_id
   return true
 end
 
@@ -251,7 +267,7 @@ end
 local function edit_at_cursor(bufnr, set)
   local row = cursor(bufnr)
   for _, e in ipairs(set.edits) do
-    local srow, _, erow = range_of(bufnr, e)
+    local srow, _, erow = edit_range(bufnr, e)
     if row >= srow and row <= erow then
       return e
     end
@@ -261,28 +277,52 @@ end
 --- Edits in document order starting at the cursor, wrapping around.
 local function order(bufnr, set)
   local row, col = cursor(bufnr)
-  local sorted = vim.deepcopy(set.edits)
+  local sorted = vim.list_slice(set.edits)
   table.sort(sorted, function(a, b)
-    local ar, ac = range_of(bufnr, a)
-    local br, bc = range_of(bufnr, b)
-    return ar < br or (ar == br and ac < bc)
+    local ar, ac = edit_range(bufnr, a)
+    local br, bc = edit_range(bufnr, b)
+    return before(ar, ac, br, bc)
   end)
-  local after, before = {}, {}
+  local after, earlier = {}, {}
   for _, e in ipairs(sorted) do
-    local _, _, erow, ecol = range_of(bufnr, e)
-    table.insert((erow > row or (erow == row and ecol >= col)) and after or before, e)
+    local _, _, erow, ecol = edit_range(bufnr, e)
+    table.insert((erow > row or (erow == row and ecol >= col)) and after or earlier, e)
   end
-  return vim.list_extend(after, before)
+  return vim.list_extend(after, earlier)
 end
 
-local function finish_edit(bufnr, set, e)
-  for i, x in ipairs(set.edits) do
-    if x == e then
-      table.remove(set.edits, i)
-      break
+--- Apply hunks of `e` (all of them by default), last first; the cursor ends after the first one.
+local function apply_hunks(bufnr, e, hunks)
+  local b = buffers[bufnr]
+  local crow, ccol
+  for i = #hunks, 1, -1 do
+    local h = hunks[i]
+    local sr, sc, er, ec = hunk_range(bufnr, h)
+    crow, ccol = util.set_text(bufnr, sr, sc, er, ec, h.new)
+    api.nvim_buf_del_extmark(bufnr, ns_track, h.mark)
+    for j, x in ipairs(e.hunks) do
+      if x == h then
+        table.remove(e.hunks, j)
+        break
+      end
     end
   end
-  api.nvim_buf_del_extmark(bufnr, ns_track, e.mark)
+  b.own_tick = api.nvim_buf_get_changedtick(bufnr)
+  if crow then
+    util.set_cursor(bufnr, crow, math.max(ccol - 1, 0))
+  end
+end
+
+local function finish_if_done(bufnr, set, e)
+  if #e.hunks == 0 then
+    api.nvim_buf_del_extmark(bufnr, ns_track, e.whole)
+    for i, x in ipairs(set.edits) do
+      if x == e then
+        table.remove(set.edits, i)
+        break
+      end
+    end
+  end
   if #set.edits == 0 then
     clear(bufnr)
   else
@@ -292,13 +332,9 @@ end
 
 --- Apply one edit completely (didAccept with its index).
 local function apply(bufnr, set, e)
-  local x = parts(bufnr, e)
-  local mrow, mcol, nrow, ncol = unpack(x.mid)
-  local row, col = util.set_text(bufnr, mrow, mcol, nrow, ncol, x.new_mid)
-  buffers[bufnr].own_tick = api.nvim_buf_get_changedtick(bufnr)
-  util.set_cursor(bufnr, row, math.max(col - 1, 0))
+  apply_hunks(bufnr, e, sorted_hunks(bufnr, e))
   send(set, 'editserver/didAccept', { id = set.id, editIndex = e.index })
-  finish_edit(bufnr, set, e)
+  finish_if_done(bufnr, set, e)
 end
 
 --- Jump to the next proposed edit; on one, apply it. Returns false when nothing is shown.
@@ -314,8 +350,9 @@ function M.jump(bufnr)
     return true
   end
   local target = order(bufnr, set)[1]
-  local mrow, mcol = unpack(parts(bufnr, target).mid)
-  util.set_cursor(bufnr, mrow, mcol)
+  local first = sorted_hunks(bufnr, target)[1]
+  local row, col = hunk_range(bufnr, first)
+  util.set_cursor(bufnr, row, col)
   return true
 end
 
@@ -330,7 +367,8 @@ function M.accept(bufnr)
   return true
 end
 
---- Accept the next word/line of the edit on the cursor's line (jumps there first if none is).
+--- Accept the next hunk ("word") or the hunks of the next line ("line") of the edit on the cursor's
+--- line (jumps there first if none is).
 ---@param kind "word"|"line"
 function M.accept_partial(kind, bufnr)
   bufnr = util.buf(bufnr)
@@ -342,22 +380,29 @@ function M.accept_partial(kind, bufnr)
   if not e then
     return M.jump(bufnr)
   end
-  local x = parts(bufnr, e)
-  local slice = partial.slice(x.new_mid, kind)
-  local mrow, mcol, nrow, ncol = unpack(x.mid)
-  local row, col = util.set_text(bufnr, mrow, mcol, nrow, ncol, slice)
-  buffers[bufnr].own_tick = api.nvim_buf_get_changedtick(bufnr)
-  -- The edit now spans its kept prefix, the accepted piece and its kept suffix.
-  local now = x.old:sub(1, x.p) .. slice .. x.old:sub(#x.old - x.s + 1)
-  api.nvim_buf_del_extmark(bufnr, ns_track, e.mark)
-  e.mark = track(bufnr, x.srow, x.scol, util.end_of(x.srow, x.scol, now))
-  util.set_cursor(bufnr, row, math.max(col - 1, 0))
-  send(set, 'editserver/didAccept', { id = set.id, editIndex = e.index, partial = kind, acceptedText = slice })
-  if now == e.new_text then
-    finish_edit(bufnr, set, e)
-  else
-    render(bufnr)
+  local hs = sorted_hunks(bufnr, e)
+  local take = { hs[1] }
+  if kind == 'line' then
+    local row = hunk_range(bufnr, hs[1])
+    for i = 2, #hs do
+      if hunk_range(bufnr, hs[i]) == row then
+        table.insert(take, hs[i])
+      end
+    end
   end
+  local text = {}
+  for _, h in ipairs(take) do
+    table.insert(text, h.new)
+  end
+  -- apply_hunks applies in reverse, so the cursor ends after the first one taken
+  apply_hunks(bufnr, e, take)
+  send(set, 'editserver/didAccept', {
+    id = set.id,
+    editIndex = e.index,
+    partial = kind,
+    acceptedText = table.concat(text),
+  })
+  finish_if_done(bufnr, set, e)
   return true
 end
 
@@ -370,9 +415,9 @@ local function schedule_request(bufnr)
   b.timer = vim.defer_fn(function()
     b.timer = nil
     if api.nvim_buf_is_valid(bufnr) and api.nvim_get_current_buf() == bufnr then
-      M.request(bufnr)
+      M.request(bufnr, 'auto')
     end
-  end, b.opts.debounce_ms)
+  end, b.opts.next_edit.debounce_ms)
 end
 
 function M.attach(_, bufnr, opts)
@@ -381,18 +426,25 @@ function M.attach(_, bufnr, opts)
   end
   buffers[bufnr] = { opts = opts }
   local group = api.nvim_create_augroup('editserver.next_edit.' .. bufnr, { clear = true })
-  api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI', 'InsertLeave' }, {
+  api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI', 'InsertEnter', 'InsertLeave' }, {
     group = group,
     buffer = bufnr,
     callback = function(ev)
       local b = buffers[bufnr]
-      if ev.event == 'TextChanged' and b.own_tick == api.nvim_buf_get_changedtick(bufnr) then
+      local tick = api.nvim_buf_get_changedtick(bufnr)
+      if ev.event == 'InsertEnter' then
+        b.insert_tick = tick
+        return
+      end
+      if ev.event == 'TextChanged' and b.own_tick == tick then
         return -- our own apply
       end
       if ev.event ~= 'InsertLeave' then
+        cancel(bufnr) -- a new edit makes the request in flight stale
         M.dismiss(bufnr)
       end
-      if opts.next_edit.auto and ev.event ~= 'TextChangedI' then
+      local typed = ev.event == 'TextChanged' or (ev.event == 'InsertLeave' and b.insert_tick ~= tick)
+      if opts.next_edit.auto and typed then
         schedule_request(bufnr)
       end
     end,
@@ -415,6 +467,7 @@ function M.detach(bufnr)
     b.timer:stop()
     b.timer:close()
   end
+  cancel(bufnr)
   clear(bufnr)
   buffers[bufnr] = nil
   pcall(api.nvim_del_augroup_by_name, 'editserver.next_edit.' .. bufnr)

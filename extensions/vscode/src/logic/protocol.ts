@@ -10,6 +10,10 @@
  */
 
 export const NEXT_EDIT_METHOD = "editserver/nextEdit";
+/** Server -> client: one region's kept edits, as soon as it is vetted (same id as the final reply). */
+export const NEXT_EDIT_PARTIAL_METHOD = "editserver/nextEditPartial";
+/** Live state: server URL (own or configured), serve log, restarts, withheld completions. */
+export const INFO_METHOD = "editserver/info";
 export const DID_SHOW_METHOD = "editserver/didShow";
 export const DID_ACCEPT_METHOD = "editserver/didAccept";
 export const DID_REJECT_METHOD = "editserver/didReject";
@@ -30,6 +34,16 @@ export interface Range {
 export interface NextEditParams {
   textDocument: { uri: string };
   position: Position;
+  /** "auto": sent after an edit; the server asks the model only when the edit can propagate. */
+  trigger?: "auto" | "manual";
+  partialResults?: boolean;
+}
+
+export interface NextEditPartial {
+  id: string;
+  textDocument: { uri: string; version?: number | null };
+  edits: NextEdit[];
+  score: number;
 }
 
 export interface NextEdit {
@@ -42,6 +56,8 @@ export interface NextEditResult {
   id: string;
   edits: NextEdit[];
   score: number;
+  /** Why no model was asked (an automatic request after an edit that cannot propagate). */
+  skipped?: string;
 }
 
 export type PartialKind = "word" | "line";
@@ -67,10 +83,26 @@ export interface StatusParams {
   state: ServerState;
   message?: string;
   latencyMs?: number;
+  /** Completions withheld below the server's threshold in the last minute, and that threshold. */
+  withheld?: number;
+  fimThreshold?: number;
 }
 
-export function nextEditParams(uri: string, position: Position): NextEditParams {
-  return { textDocument: { uri }, position: { line: position.line, character: position.character } };
+export function nextEditParams(uri: string, position: Position, trigger: "auto" | "manual" = "manual"): NextEditParams {
+  return {
+    textDocument: { uri },
+    position: { line: position.line, character: position.character },
+    trigger,
+    partialResults: true,
+  };
+}
+
+/** Validate a partial; anything malformed is ignored. */
+export function parseNextEditPartial(raw: unknown): NextEditPartial | undefined {
+  const r = parseNextEditResult(raw);
+  const doc = (raw as { textDocument?: { uri?: unknown } } | undefined)?.textDocument;
+  if (!r || !doc || typeof doc.uri !== "string") return undefined;
+  return { id: r.id, textDocument: doc as NextEditPartial["textDocument"], edits: r.edits, score: r.score };
 }
 
 export function didAcceptParams(
@@ -104,7 +136,9 @@ export function parseNextEditResult(raw: unknown): NextEditResult | undefined {
     (e): e is NextEdit =>
       !!e && typeof e.newText === "string" && isRange(e.range) && !!e.textDocument && typeof e.textDocument.uri === "string",
   );
-  return { id: r.id, edits, score: typeof r.score === "number" ? r.score : 0 };
+  const out: NextEditResult = { id: r.id, edits, score: typeof r.score === "number" ? r.score : 0 };
+  if (typeof r.skipped === "string") out.skipped = r.skipped;
+  return out;
 }
 
 function isRange(r: unknown): r is Range {

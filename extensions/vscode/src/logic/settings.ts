@@ -28,7 +28,7 @@ export interface Settings {
 /** Defaults; keep in sync with `contributes.configuration` in package.json (a test checks). */
 export const DEFAULTS: Settings = {
   enabled: true,
-  serverUrl: "http://127.0.0.1:8000",
+  serverUrl: "", // empty: the language server starts a server of its own on a free port
   executablePath: "", // empty: find `editserver` on PATH
   autostart: true,
   modelPath: "", // empty: the shipped default checkpoint
@@ -66,7 +66,7 @@ const isStringArray = (v: unknown) => Array.isArray(v) && v.every((x) => typeof 
 export function readSettings(get: ConfigGetter): Settings {
   return {
     enabled: pick(get, "enabled", DEFAULTS.enabled, isBool),
-    serverUrl: pick(get, "serverUrl", DEFAULTS.serverUrl, isString).trim() || DEFAULTS.serverUrl,
+    serverUrl: pick(get, "serverUrl", DEFAULTS.serverUrl, isString).trim(),
     executablePath: pick(get, "executablePath", DEFAULTS.executablePath, isString).trim(),
     autostart: pick(get, "autostart", DEFAULTS.autostart, isBool),
     modelPath: pick(get, "modelPath", DEFAULTS.modelPath, isString).trim(),
@@ -114,7 +114,7 @@ export function needsRestart(before: Settings, after: Settings): boolean {
 
 /** Command line of the language server: `editserver lsp` plus flags from settings. */
 export function serverArgs(s: Settings, logFile?: string): string[] {
-  const args = ["lsp", "--server-url", s.serverUrl];
+  const args = s.serverUrl ? ["lsp", "--server-url", s.serverUrl] : ["lsp"];
   if (!s.autostart) args.push("--no-autostart");
   if (s.modelPath) args.push("--model", s.modelPath);
   if (logFile) args.push("--log-file", logFile);

@@ -19,6 +19,8 @@ export interface StatusModel {
   server?: ServerState;
   message?: string;
   latencyMs?: number;
+  withheld?: number;
+  fimThreshold?: number;
 }
 
 export function applyStatus(model: StatusModel, params: StatusParams): StatusModel {
@@ -26,6 +28,8 @@ export function applyStatus(model: StatusModel, params: StatusParams): StatusMod
   if (params.message !== undefined) next.message = params.message;
   else delete next.message;
   if (typeof params.latencyMs === "number") next.latencyMs = params.latencyMs;
+  if (typeof params.withheld === "number") next.withheld = params.withheld;
+  if (typeof params.fimThreshold === "number") next.fimThreshold = params.fimThreshold;
   return next;
 }
 
@@ -51,8 +55,21 @@ export function renderStatus(m: StatusModel): StatusView {
     return { text: "$(sync~spin) editserver", tooltip: `Starting…${detail}`, warning: false };
   }
   switch (m.server) {
-    case "ready":
-      return { text: `$(sparkle) editserver${latency}`, tooltip: `Ready. Last suggestion took${latency || " -"}.${detail}\nClick to turn off.`, warning: false };
+    case "ready": {
+      const n = m.withheld ?? 0;
+      const threshold = m.fimThreshold !== undefined ? String(m.fimThreshold) : "?";
+      const withheld = n > 0 ? ` (${n} withheld)` : "";
+      const why =
+        n > 0
+          ? `\n${n} completion(s) withheld below the server's threshold ${threshold} in the last minute;` +
+            " start `editserver serve --fim-threshold X` yourself and set editserver.serverUrl to see more."
+          : "";
+      return {
+        text: `$(sparkle) editserver${latency}${withheld}`,
+        tooltip: `Ready. Last suggestion took${latency || " -"}.${why}${detail}\nClick to turn off.`,
+        warning: false,
+      };
+    }
     case "unreachable":
       return { text: "$(warning) editserver unreachable", tooltip: `The model server does not answer.${detail}`, warning: true };
     case "disabled":
