@@ -9,7 +9,8 @@ Design decisions:
   committed package-lock.json, so concurrent test runs never share (or delete) a node_modules and
   the checkout gets no build output. npm's cache makes repeated installs quick. Skipped, with the
   reason, only when npm is absent.
-- The node integration tests get a real ``editserver serve`` (tiny model) and the venv's
+- The node integration tests get a real ``editserver serve`` (tiny model), the tiny checkpoint for
+  the language server's own server (the Show log test), and the venv's
   ``editserver`` (first on PATH); they write the suggestion ids they used to a JSON file and this test checks that
   the telemetry rows for those ids exist, i.e. that the notifications really reached the server.
 """
@@ -66,7 +67,7 @@ def ext(tmp_path_factory) -> Path:
     return work
 
 
-def test_node_tests_against_real_language_server(ext, tiny_server, tmp_path):
+def test_node_tests_against_real_language_server(ext, tiny_server, tiny_checkpoint, tmp_path):
     result_file = tmp_path / "result.json"
     proc = run(
         ["npm", "test", "--silent"],
@@ -74,10 +75,14 @@ def test_node_tests_against_real_language_server(ext, tiny_server, tmp_path):
         timeout=300,
         EDITSERVER_SERVER_URL=tiny_server.url,
         EDITSERVER_RESULT_FILE=str(result_file),
+        EDITSERVER_TINY_MODEL=str(tiny_checkpoint),  # for the language server's own model server (Show log)
     )
     out = proc.stdout
     assert "ℹ fail 0" in out and "ℹ skipped 0" in out, out[-3000:]
     assert "initialize: the server offers inline completions" in out
+    assert "Show log: the language server's own model server log" in out
+    for name in ("acceptSpan", "ghost", "preview", "log"):  # the pure-logic suites ran
+        assert (ext / "out" / "test" / f"{name}.test.js").is_file(), name
 
     used = json.loads(result_file.read_text())
     tel = Telemetry(Path(used["telemetryPath"]))

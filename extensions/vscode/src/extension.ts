@@ -12,11 +12,17 @@
  * - Settings travel as initializationOptions and, on change, as didChangeConfiguration; settings
  *   that are command-line flags (executable, model) restart the server instead. A server that pulls
  *   settings (workspace/configuration) gets the same payload.
+ * - Ghost text rules VS Code does not enforce (logic/ghost.ts): answers the user's typing has
+ *   contradicted are dropped before VS Code sees them and the shown one is rejected on the first
+ *   contradicting key; after a full accept that completes the line, the automatic re-request gets
+ *   nothing until the user types again or asks explicitly. Full accepts are seen through the
+ *   executeCommand middleware (VS Code runs the item's `editserver.inlineAccepted` command).
+ * - The status bar's withheld count ages out on the server; while it is non-zero it is refreshed
+ *   from `editserver/info` every WITHHELD_POLL_MS.
  * - The executable is resolved before starting so a missing binary is one clear message, not a
  *   spawn error in the log.
  */
 
-import { promises as fs } from "node:fs";
 import * as vscode from "vscode";
 import {
   LanguageClient,
@@ -25,10 +31,13 @@ import {
   type ServerOptions,
 } from "vscode-languageclient/node";
 import { resolveExecutable } from "./logic/executable";
-import { partialSlice } from "./logic/partial";
+import { GhostGate, ghostPartial, ghostRemainder, liveItems } from "./logic/ghost";
+import { chooseLog, logView } from "./logic/log";
 import {
   DID_ACCEPT_METHOD,
+  DID_REJECT_METHOD,
   DID_SHOW_METHOD,
+  INLINE_ACCEPTED_COMMAND,
   INFO_METHOD,
   NEXT_EDIT_PARTIAL_METHOD,
   STATUS_METHOD,
@@ -45,15 +54,19 @@ import {
   toInitializationOptions,
   type Settings,
 } from "./logic/settings";
-import { applyStatus, renderStatus, type StatusModel } from "./logic/status";
+import { applyInfo, applyStatus, renderStatus, type StatusModel } from "./logic/status";
 import { NextEditController } from "./nextEditController";
 
-/** The inline suggestion most recently handed to VS Code (for partial-accept telemetry). */
+/** How often the withheld count is refreshed while non-zero (it ages out on the server). */
+const WITHHELD_POLL_MS = 15_000;
+
+/** The inline suggestion most recently handed to VS Code (for stale checks and partial accepts). */
 interface LastInline {
   id: string;
   uri: string;
+  /** Where `text` starts: the cursor when it was asked for. */
+  anchor: vscode.Position;
   text: string;
-  accepted: number; // characters of `text` accepted so far by partial accepts
 }
 
 class Extension implements vscode.Disposable {
@@ -61,6 +74,8 @@ class Extension implements vscode.Disposable {
   private settings: Settings;
   private status: StatusModel;
   private lastInline: LastInline | undefined;
+  private readonly gate = new GhostGate();
+  private withheldTimer: NodeJS.Timeout | undefined;
   private readonly statusItem: vscode.StatusBarItem;
   private readonly serveLog = vscode.window.createOutputChannel("editserver: model server");
   private readonly nextEdits: NextEditController;
@@ -89,8 +104,11 @@ class Extension implements vscode.Disposable {
       }),
       vscode.commands.registerCommand("editserver.nextEdit.jumpOrApply", () => this.nextEdits.jumpOrApply()),
       vscode.commands.registerCommand("editserver.nextEdit.dismiss", () => this.nextEdits.dismiss()),
+      vscode.commands.registerCommand("editserver.nextEdit.acceptWord", () => this.nextEdits.acceptPartial("word")),
+      vscode.commands.registerCommand("editserver.nextEdit.acceptLine", () => this.nextEdits.acceptPartial("line")),
       vscode.commands.registerCommand("editserver.acceptNextWord", () => this.acceptPartial("word")),
       vscode.commands.registerCommand("editserver.acceptNextLine", () => this.acceptPartial("line")),
+      vscode.window.onDidChangeTextEditorSelection((e) => this.checkStaleGhost(e.textEditor)),
       vscode.workspace.onDidChangeConfiguration((e) => {
         if (e.affectsConfiguration("editserver")) void this.onSettingsChanged();
       }),
@@ -106,6 +124,49 @@ class Extension implements vscode.Disposable {
   private setStatus(next: StatusModel): void {
     this.status = next;
     this.renderStatus();
+    this.scheduleWithheldRefresh();
+  }
+
+  /** While completions are counted as withheld, refresh the count until it has aged out. */
+  private scheduleWithheldRefresh(): void {
+    if (this.withheldTimer || !this.status.withheld) return;
+    this.withheldTimer = setTimeout(() => {
+      this.withheldTimer = undefined;
+      const client = this.client;
+      if (!client?.isRunning()) return;
+      void client.sendRequest(INFO_METHOD, {}).then(
+        (info) => this.setStatus(applyInfo(this.status, info)),
+        () => undefined,
+      );
+    }, WITHHELD_POLL_MS);
+  }
+
+  /** What was typed between `anchor` and the cursor of `document`'s editor (undefined: cursor before it). */
+  private typedSince(document: vscode.TextDocument, anchor: vscode.Position): string | undefined {
+    const editor = vscode.window.visibleTextEditors.find((e) => e.document === document);
+    if (!editor) return "";
+    const cursor = editor.selection.active;
+    if (cursor.isBefore(anchor)) return undefined;
+    return document.getText(new vscode.Range(anchor, cursor));
+  }
+
+  /** The first key that contradicts the ghost text rejects it; nothing we keep brings it back. */
+  private checkStaleGhost(editor: vscode.TextEditor): void {
+    const last = this.lastInline;
+    if (!last || editor.document.uri.toString() !== last.uri) return;
+    const rest = ghostRemainder(last.text, this.typedSince(editor.document, last.anchor));
+    if (rest === undefined) void this.client?.sendNotification(DID_REJECT_METHOD, { id: last.id });
+    if (!rest) this.lastInline = undefined; // contradicted, or typed out in full
+  }
+
+  /** VS Code ran an item's accept command: a full accept at the cursor. */
+  private onInlineAccepted(): void {
+    this.lastInline = undefined;
+    const editor = vscode.window.activeTextEditor;
+    if (!editor) return;
+    const cursor = editor.selection.active;
+    const rest = editor.document.lineAt(cursor.line).text.slice(cursor.character);
+    this.gate.accepted(editor.document.uri.toString(), editor.document.version, rest);
   }
 
   private renderStatus(): void {
@@ -142,20 +203,39 @@ class Extension implements vscode.Disposable {
               ? params.items.map((i) => (i.section === "editserver" ? toInitializationOptions(this.settings) : null))
               : next(params, token),
         },
+        executeCommand: (command, args, next) => {
+          if (command === INLINE_ACCEPTED_COMMAND) this.onInlineAccepted();
+          return next(command, args);
+        },
         provideInlineCompletionItems: async (document, position, context, token, next) => {
           if (!this.settings.enabled || !this.settings.enableFim) return null;
+          const uri = document.uri.toString();
+          const version = document.version;
+          const explicit = context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke;
+          if (!this.gate.allows(uri, version, explicit)) return null;
           const result = await next(document, position, context, token);
+          // the accept command of the previous item may have run while this request was out
+          if (!this.gate.allows(uri, version, explicit)) return null;
           const items = Array.isArray(result) ? result : result?.items ?? [];
-          const first = items[0];
-          const id = first ? inlineItemId(first.command) : undefined;
-          if (first && id) {
-            const text = typeof first.insertText === "string" ? first.insertText : first.insertText.value;
-            // The shown text starts at the cursor; a range that starts earlier repeats typed text.
-            const typed = first.range ? document.getText(new vscode.Range(first.range.start, position)) : "";
-            this.lastInline = { id, uri: document.uri.toString(), text: text.slice(typed.length), accepted: 0 };
+          // The shown text starts at the cursor; a range that starts earlier repeats typed text.
+          const shownText = (item: vscode.InlineCompletionItem) => {
+            const text = typeof item.insertText === "string" ? item.insertText : item.insertText.value;
+            const typed = item.range ? document.getText(new vscode.Range(item.range.start, position)) : "";
+            return text.slice(typed.length);
+          };
+          const typed = document.version === version ? "" : this.typedSince(document, position);
+          const live = liveItems(items, shownText, typed);
+          const first = live[0];
+          if (!first) {
+            this.lastInline = undefined;
+            return null;
+          }
+          const id = inlineItemId(first.command);
+          if (id) {
+            this.lastInline = { id, uri, anchor: position, text: shownText(first) };
             void this.client?.sendNotification(DID_SHOW_METHOD, { id });
           }
-          return result;
+          return live;
         },
       },
     };
@@ -178,18 +258,16 @@ class Extension implements vscode.Disposable {
     }
   }
 
-  /** The model server's log (where a crash shows) in its own output channel, then ours. */
+  /** The model server's log (where a crash shows) in its own output channel, else ours. */
   private async showLog(): Promise<void> {
-    const info = (await this.client?.sendRequest(INFO_METHOD, {}).catch(() => undefined)) as { serveLog?: unknown } | undefined;
-    const path = typeof info?.serveLog === "string" ? info.serveLog : undefined;
-    if (path) {
-      const text = await fs.readFile(path, "utf8").catch((err: unknown) => `cannot read ${path}: ${String(err)}`);
-      this.serveLog.clear();
-      this.serveLog.appendLine(`${path}:`);
-      this.serveLog.append(text.split("\n").slice(-400).join("\n"));
+    const info = await this.client?.sendRequest(INFO_METHOD, {}).catch(() => undefined);
+    const choice = chooseLog(info);
+    if (choice.kind === "serve") {
+      this.serveLog.replace(await logView(choice.path));
       this.serveLog.show(true);
       return;
     }
+    this.log.info(choice.note);
     this.log.show();
   }
 
@@ -224,18 +302,19 @@ class Extension implements vscode.Disposable {
 
   /** Accept the next word/line of the ghost text with VS Code's command, and report what it took. */
   private async acceptPartial(kind: PartialKind): Promise<void> {
-    const command = kind === "word" ? "editor.action.inlineSuggest.acceptNextWord" : "editor.action.inlineSuggest.acceptNextLine";
-    await vscode.commands.executeCommand(command);
     const last = this.lastInline;
     const editor = vscode.window.activeTextEditor;
-    if (!last || !editor || editor.document.uri.toString() !== last.uri) return;
-    const accepted = partialSlice(last.text.slice(last.accepted), kind);
-    if (!accepted) return;
-    last.accepted += accepted.length;
-    void this.client?.sendNotification(DID_ACCEPT_METHOD, didAcceptParams(last.id, { partial: kind, acceptedText: accepted }));
+    const fresh = last && editor && editor.document.uri.toString() === last.uri ? last : undefined;
+    // what is taken is read from the document before VS Code inserts it, so typing-through counts
+    const accepted = fresh && editor ? ghostPartial(fresh.text, this.typedSince(editor.document, fresh.anchor), kind) : undefined;
+    const command = kind === "word" ? "editor.action.inlineSuggest.acceptNextWord" : "editor.action.inlineSuggest.acceptNextLine";
+    await vscode.commands.executeCommand(command);
+    if (!fresh || !accepted) return;
+    void this.client?.sendNotification(DID_ACCEPT_METHOD, didAcceptParams(fresh.id, { partial: kind, acceptedText: accepted }));
   }
 
   dispose(): void {
+    if (this.withheldTimer) clearTimeout(this.withheldTimer);
     this.disposables.forEach((d) => d.dispose());
   }
 }

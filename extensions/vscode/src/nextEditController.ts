@@ -10,9 +10,14 @@
  *   an edit that can propagate (a rename, a changed literal or signature).
  * - Streaming: `editserver/nextEditPartial` notifications for the request in flight are drawn as
  *   they arrive; the final reply completes the set.
- * - Drawing (logic/hunks.ts): a one-line edit shows its changed tokens inline (old struck through,
- *   new after them); a multi-line edit marks its lines and previews the new lines in an after-line
- *   label and its hover. No gutter icons on edit lines, so the text never shifts.
+ * - Drawing (logic/hunks.ts, logic/preview.ts): a small one-line edit shows its changed tokens
+ *   inline (old struck through, new after them); a multi-line edit or a rewrite of most of a line
+ *   strikes its changed tokens and shows each new line after the old line it replaces (`→ ...`,
+ *   added lines as `＋ ...`), the whole new region in the hover. Nothing that inserts lines (no
+ *   CodeLens, no view zone) and no gutter icons on edit lines, so the text never moves.
+ * - Partial accept (Ctrl+Right: the next token span, Ctrl+Alt+Right: the spans of its line) goes
+ *   through logic/acceptSpan.ts; the keys are only taken while the cursor is on an edit
+ *   (`editserver.nextEditAtCursor`), so they keep moving the cursor everywhere else.
  * - Any user edit while suggestions are showing rejects them (didReject) and asks again; edits the
  *   controller applies itself are recognised by a flag and keep the remaining suggestions.
  * - Visibility is a context key (`editserver.nextEditVisible`) so Tab/Esc are only taken over while
@@ -29,13 +34,17 @@ import {
   NEXT_EDIT_METHOD,
   didAcceptParams,
   nextEditParams,
+  type PartialKind,
   parseNextEditPartial,
   parseNextEditResult,
   type NextEditResult,
   type Range,
 } from "./logic/protocol";
-import { hunks, isPreview } from "./logic/hunks";
+import { acceptSpans } from "./logic/acceptSpan";
+import { isLinePreview, linePreview } from "./logic/preview";
 import {
+  cursorOnEdit,
+  editHunks,
   endOfApplied,
   planDecorations,
   planEdits,
@@ -46,6 +55,8 @@ import {
 import type { Settings } from "./logic/settings";
 
 const CONTEXT_KEY = "editserver.nextEditVisible";
+/** True while the cursor is on a proposed edit's lines: only then Ctrl+Right/Ctrl+Alt+Right take spans. */
+const AT_CURSOR_KEY = "editserver.nextEditAtCursor";
 
 interface Shown {
   id: string;
@@ -67,6 +78,7 @@ export class NextEditController implements vscode.Disposable {
   private pendingDoc: { uri: string; version: number } | undefined;
   private timer: NodeJS.Timeout | undefined;
   private applying = false;
+  private atCursor = false;
   private readonly disposables: vscode.Disposable[] = [];
   private readonly replaceDeco: vscode.TextEditorDecorationType;
   private readonly labelDeco: vscode.TextEditorDecorationType;
@@ -102,6 +114,7 @@ export class NextEditController implements vscode.Disposable {
       this.downDeco,
       vscode.workspace.onDidChangeTextDocument((e) => this.onDidChange(e)),
       vscode.window.onDidChangeActiveTextEditor(() => this.dismiss()),
+      vscode.window.onDidChangeTextEditorSelection((e) => this.updateAtCursor(e.textEditor)),
       vscode.window.onDidChangeTextEditorVisibleRanges((e) => {
         if (this.shown && e.textEditor.document.uri.toString() === this.shown.uri) this.render(e.textEditor);
       }),
@@ -189,37 +202,29 @@ export class NextEditController implements vscode.Disposable {
   private render(editor: vscode.TextEditor): void {
     const shown = this.shown;
     if (!shown) return this.clearDecorations(editor);
+    const doc = editor.document;
     const visible = editor.visibleRanges.map((r) => ({ start: r.start.line, end: r.end.line }));
     const plan = planDecorations(shown.edits, visible);
-    const hint = "\n\n**Tab** jump / apply · **Esc** dismiss";
+    const hint = "\n\n**Tab** jump / apply · **Ctrl+Right** next word · **Ctrl+Alt+Right** next line · **Esc** dismiss";
     const struck: vscode.DecorationOptions[] = [];
     const labels: vscode.DecorationOptions[] = [];
     const lines: vscode.DecorationOptions[] = [];
+    const eol = (line: number) => new vscode.Range(line, doc.lineAt(line).text.length, line, doc.lineAt(line).text.length);
     for (const e of shown.edits) {
       if (!plan.edits.some((d) => d.index === e.index && d.inViewport)) continue;
-      const hs = hunks(e.range, e.oldText, e.newText);
-      for (const h of hs) if (comparePosRange(h.range)) struck.push({ range: toRange(h.range) });
-      if (isPreview(e.oldText, e.newText)) {
-        // the new lines, whole, beside the last old line and in the hover: never spliced inline
-        const doc = editor.document;
-        const first = e.range.start.line;
-        const last = e.range.end.line;
-        const newLines = (doc.lineAt(first).text.slice(0, e.range.start.character) + e.newText + doc.lineAt(last).text.slice(e.range.end.character)).split("\n");
-        lines.push({ range: new vscode.Range(first, 0, last, doc.lineAt(last).text.length) });
-        labels.push({
-          range: new vscode.Range(last, doc.lineAt(last).text.length, last, doc.lineAt(last).text.length),
-          hoverMessage: new vscode.MarkdownString().appendCodeblock(newLines.join("\n"), doc.languageId).appendMarkdown(hint),
-          renderOptions: { after: { contentText: `  ⇣ ${newLines.map((l) => l.trim()).join(" ⏎ ")}` } },
-        });
-      } else {
-        for (const h of hs) {
-          if (!h.newText) continue;
-          labels.push({
-            range: toRange({ start: h.range.end, end: h.range.end }),
-            hoverMessage: new vscode.MarkdownString().appendCodeblock(e.newText, editor.document.languageId).appendMarkdown(hint),
-            renderOptions: { after: { contentText: h.newText } },
-          });
-        }
+      const hs = editHunks(e);
+      if (isLinePreview(e, hs)) {
+        const p = linePreview(e, (n) => doc.lineAt(n).text);
+        const hoverMessage = new vscode.MarkdownString().appendCodeblock(p.newLines.join("\n"), doc.languageId).appendMarkdown(hint);
+        for (const h of hs) if (comparePosRange(h.range)) struck.push({ range: toRange(h.range), hoverMessage });
+        for (const l of p.labels) labels.push({ range: eol(l.line), hoverMessage, renderOptions: { after: { contentText: `  ${l.text}` } } });
+        for (const l of p.removed) lines.push({ range: new vscode.Range(l, 0, l, doc.lineAt(l).text.length), hoverMessage });
+        continue;
+      }
+      const hoverMessage = new vscode.MarkdownString().appendCodeblock(e.newText, doc.languageId).appendMarkdown(hint);
+      for (const h of hs) {
+        if (comparePosRange(h.range)) struck.push({ range: toRange(h.range), hoverMessage });
+        if (h.newText) labels.push({ range: toRange({ start: h.range.end, end: h.range.end }), hoverMessage, renderOptions: { after: { contentText: h.newText } } });
       }
     }
     editor.setDecorations(this.replaceDeco, struck);
@@ -234,6 +239,17 @@ export class NextEditController implements vscode.Disposable {
         }));
     editor.setDecorations(this.upDeco, marker("up"));
     editor.setDecorations(this.downDeco, marker("down"));
+    this.updateAtCursor(editor);
+  }
+
+  /** Keep `editserver.nextEditAtCursor` in step with the cursor. */
+  private updateAtCursor(editor: vscode.TextEditor): void {
+    const shown = this.shown;
+    const on =
+      !!shown && editor.document.uri.toString() === shown.uri && shown.edits.some((e) => cursorOnEdit(e, editor.selection.active));
+    if (on === this.atCursor) return;
+    this.atCursor = on;
+    void vscode.commands.executeCommand("setContext", AT_CURSOR_KEY, on);
   }
 
   private clearDecorations(editor: vscode.TextEditor | undefined): void {
@@ -271,14 +287,47 @@ export class NextEditController implements vscode.Disposable {
     const end = endOfApplied(edit);
     const pos = new vscode.Position(end.line, end.character);
     editor.selection = new vscode.Selection(pos, pos);
-    shown.edits = remainingAfter(shown.edits, edit);
-    if (shown.edits.length === 0) {
-      this.shown = undefined;
-      this.clearDecorations(editor);
-      await vscode.commands.executeCommand("setContext", CONTEXT_KEY, false);
-    } else {
-      this.render(editor);
+    await this.settle(editor, remainingAfter(shown.edits, edit));
+  }
+
+  /** Ctrl+Right / Ctrl+Alt+Right: accept the next token span / line of spans of the edit under the
+   * cursor (on no edit: jump to the next one first, as Tab does). */
+  async acceptPartial(kind: PartialKind): Promise<void> {
+    const editor = vscode.window.activeTextEditor;
+    const shown = this.shown;
+    if (!editor || !shown || editor.document.uri.toString() !== shown.uri) return;
+    const edit = shown.edits.find((e) => cursorOnEdit(e, editor.selection.active));
+    if (!edit) return this.jumpOrApply();
+    const acc = acceptSpans(edit, kind);
+    if (!acc) return;
+    this.applying = true;
+    let ok = false;
+    try {
+      ok = await editor.edit((b) => acc.changes.forEach((h) => b.replace(toRange(h.range), h.newText)));
+    } finally {
+      this.applying = false;
     }
+    if (!ok) return;
+    void this.getClient()?.sendNotification(
+      DID_ACCEPT_METHOD,
+      didAcceptParams(shown.id, { editIndex: edit.index, partial: kind, acceptedText: acc.acceptedText }),
+    );
+    const pos = new vscode.Position(acc.cursor.line, acc.cursor.character);
+    editor.selection = new vscode.Selection(pos, pos);
+    const others = remainingAfter(shown.edits, acc.asApplied);
+    await this.settle(editor, acc.remaining ? [...others, acc.remaining] : others);
+  }
+
+  /** After an accept: keep drawing what is left, or clear everything when nothing is. */
+  private async settle(editor: vscode.TextEditor, left: PlannedEdit[]): Promise<void> {
+    const shown = this.shown;
+    if (!shown) return;
+    shown.edits = left;
+    if (left.length > 0) return this.render(editor);
+    this.shown = undefined;
+    this.clearDecorations(editor);
+    this.updateAtCursor(editor);
+    await vscode.commands.executeCommand("setContext", CONTEXT_KEY, false);
   }
 
   /** Esc (or any unrelated edit / editor switch): reject what is shown and clear it. */
@@ -288,6 +337,8 @@ export class NextEditController implements vscode.Disposable {
     if (!shown) return;
     this.shown = undefined;
     this.clearDecorations(undefined);
+    const editor = vscode.window.activeTextEditor;
+    if (editor) this.updateAtCursor(editor);
     void vscode.commands.executeCommand("setContext", CONTEXT_KEY, false);
     void this.getClient()?.sendNotification(DID_REJECT_METHOD, { id: shown.id });
   }

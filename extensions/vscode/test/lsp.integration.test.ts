@@ -23,6 +23,7 @@ import {
   DID_ACCEPT_METHOD,
   DID_REJECT_METHOD,
   DID_SHOW_METHOD,
+  INFO_METHOD,
   INLINE_ACCEPTED_COMMAND,
   NEXT_EDIT_METHOD,
   STATUS_METHOD,
@@ -32,11 +33,13 @@ import {
   parseNextEditResult,
   type StatusParams,
 } from "../src/logic/protocol";
+import { chooseLog, logView } from "../src/logic/log";
 import { planEdits } from "../src/logic/nextEdit";
 import { readSettings, serverArgs, toDidChangeConfiguration, toInitializationOptions } from "../src/logic/settings";
 import { applyStatus, renderStatus, type StatusModel } from "../src/logic/status";
 
 const SERVER_URL = process.env.EDITSERVER_SERVER_URL;
+const TINY_MODEL = process.env.EDITSERVER_TINY_MODEL;
 const SKIP = SERVER_URL ? false : "EDITSERVER_SERVER_URL is not set (tests/extensions/test_vscode.py starts a model server and sets it)";
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), "editserver-vscode-"));
 const results: Record<string, unknown> = {};
@@ -66,11 +69,14 @@ async function waitFor<T>(check: () => T | undefined | false, timeoutMs: number,
 }
 
 /** Start `editserver lsp` the way the extension does and run the initialize handshake. */
-async function startSession(settingsValues: Record<string, unknown>): Promise<{ s: LspProcess; init: any }> {
+async function startLsp(
+  settingsValues: Record<string, unknown>,
+  env: Record<string, string> = {},
+): Promise<{ s: LspProcess; init: any }> {
   const settings = readSettings((k) => settingsValues[k]);
   const proc = spawn(exe(), serverArgs(settings, path.join(TMP, "lsp.log")), {
     stdio: ["pipe", "pipe", "pipe"],
-    env: { ...process.env, OMP_NUM_THREADS: "1" },
+    env: { ...process.env, OMP_NUM_THREADS: "1", ...env },
   });
   const stderr: string[] = [];
   proc.stderr!.on("data", (d) => stderr.push(String(d)));
@@ -105,7 +111,7 @@ async function startSession(settingsValues: Record<string, unknown>): Promise<{ 
   return { s, init };
 }
 
-async function stopSession(s: LspProcess): Promise<void> {
+async function stopLsp(s: LspProcess): Promise<void> {
   try {
     await s.conn.sendRequest("shutdown");
     await s.conn.sendNotification("exit");
@@ -146,7 +152,7 @@ let init: any;
 
 before(async () => {
   if (SKIP) return;
-  const started = await startSession({
+  const started = await startLsp({
     serverUrl: SERVER_URL,
     autostart: false,
     debounceMs: 0,
@@ -158,7 +164,7 @@ before(async () => {
 });
 
 after(async () => {
-  if (lspProc) await stopSession(lspProc);
+  if (lspProc) await stopLsp(lspProc);
   if (process.env.EDITSERVER_RESULT_FILE) fs.writeFileSync(process.env.EDITSERVER_RESULT_FILE, JSON.stringify(results));
 });
 
@@ -261,7 +267,7 @@ function closedPort(): Promise<number> {
 
 test("an unreachable model server: a warning message and an 'unreachable' status bar", { skip: SKIP }, async () => {
   const url = `http://127.0.0.1:${await closedPort()}`;
-  const { s } = await startSession({ serverUrl: url, autostart: false, "telemetry.enabled": false });
+  const { s } = await startLsp({ serverUrl: url, autostart: false, "telemetry.enabled": false });
   try {
     const st = await waitFor(() => s.statuses.find((p) => p.state === "unreachable"), 30000, "status unreachable");
     const view = renderStatus(applyStatus({ enabled: true, client: "running" }, st));
@@ -270,6 +276,33 @@ test("an unreachable model server: a warning message and an 'unreachable' status
     const msg = await waitFor(() => s.messages.find((m) => m.message.includes(url)), 30000, "the showMessage warning");
     assert.equal(msg.type, 2); // Warning
   } finally {
-    await stopSession(s);
+    await stopLsp(s);
+  }
+});
+
+test("Show log: the language server's own model server log, as the output channel shows it", { skip: SKIP }, async () => {
+  assert.ok(TINY_MODEL, "EDITSERVER_TINY_MODEL is not set (tests/extensions/test_vscode.py sets it)");
+  const state = path.join(TMP, "state");
+  // no serverUrl: the language server starts `editserver serve` itself and logs it under XDG_STATE_HOME
+  const { s } = await startLsp({ autostart: true, modelPath: TINY_MODEL, "telemetry.enabled": false }, { XDG_STATE_HOME: state });
+  try {
+    let choice = chooseLog(undefined);
+    let view = "";
+    const deadline = Date.now() + 30000;
+    while (Date.now() < deadline) {
+      choice = chooseLog(await s.conn.sendRequest(INFO_METHOD, {}));
+      if (choice.kind === "serve") {
+        view = await logView(choice.path);
+        if (view.includes("serve --host")) break;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(choice.kind, "serve", "the language server did not report its own server's log");
+    assert.equal((choice as { path: string }).path, path.join(state, "editserver", "serve.log"));
+    const lines = view.split("\n");
+    assert.equal(lines[0], `${path.join(state, "editserver", "serve.log")}:`);
+    assert.match(view, /editserver\.cli serve --host 127\.0\.0\.1 --port \d+ --model /);
+  } finally {
+    await stopLsp(s);
   }
 });

@@ -2,7 +2,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { applyStatus, renderStatus, type StatusModel } from "../src/logic/status";
+import { applyInfo, applyStatus, renderStatus, type StatusModel } from "../src/logic/status";
 
 const running: StatusModel = { enabled: true, client: "running" };
 
@@ -34,4 +34,25 @@ test("a client that failed to start says so", () => {
 test("starting until the server reports", () => {
   assert.match(renderStatus(running).text, /sync~spin/);
   assert.match(renderStatus(applyStatus(running, { state: "disabled" })).text, /circle-slash/);
+});
+
+test("withheld completions and the threshold: in the text when any, always in the tooltip", () => {
+  let m = applyStatus(running, { state: "ready", latencyMs: 90, withheld: 0, fimThreshold: 0.93 });
+  let v = renderStatus(m);
+  assert.doesNotMatch(v.text, /withheld/);
+  assert.match(v.tooltip, /threshold 0\.93: 0 completions withheld below it in the last minute/);
+  assert.match(v.tooltip, /editserver serve --fim-threshold X/);
+  m = applyStatus(m, { state: "ready", withheld: 1 });
+  v = renderStatus(m);
+  assert.match(v.text, /editserver 90 ms · 1 withheld <0\.93$/);
+  assert.match(v.tooltip, /1 completion withheld/);
+});
+
+test("editserver/info refreshes the withheld count as it ages out", () => {
+  const m = applyStatus(running, { state: "ready", withheld: 4, fimThreshold: 0.5 });
+  const aged = applyInfo(m, { state: "ready", withheld: 0, withheldWindowS: 60, fimThreshold: 0.5, serveLog: null });
+  assert.equal(aged.withheld, 0);
+  assert.doesNotMatch(renderStatus(aged).text, /withheld/);
+  assert.deepEqual(applyInfo(m, undefined), m);
+  assert.deepEqual(applyInfo(m, { withheld: "many" }), m);
 });

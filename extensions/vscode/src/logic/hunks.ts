@@ -8,7 +8,8 @@
  * - Lines first, then tokens (longest common subsequences): an inserted line stays a line, never
  *   glued to a neighbour's tokens; blocks too long for that are one hunk.
  * - A one-line edit is drawn inline (old tokens struck, new tokens after them); an edit whose old
- *   or new text spans lines is previewed (the new lines, in a hover and an after-line label).
+ *   or new text spans lines, or a one-line edit that rewrites most of its line, is previewed line
+ *   by line (logic/preview.ts).
  * - Partial accept applies whole hunks: "word" the next one, "line" all hunks starting on its line,
  *   so the document only ever holds old or new tokens, never half of one.
  */
@@ -59,7 +60,7 @@ function lcsPairs<T>(x: T[], y: T[]): [number, number][] {
 }
 
 /** Changed blocks [xFrom, xTo, yFrom, yTo) between the LCS matches, in order. */
-function blocks<T>(x: T[], y: T[]): [number, number, number, number][] {
+export function blocks<T>(x: T[], y: T[]): [number, number, number, number][] {
   const out: [number, number, number, number][] = [];
   let pi = 0;
   let pj = 0;

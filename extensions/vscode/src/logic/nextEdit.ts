@@ -12,9 +12,12 @@
  * - Edits overlapping an applied edit are dropped (their text no longer exists); the others are
  *   shifted by the applied edit's line/column delta, so several edits can be applied in a row
  *   without asking the server again.
+ * - An edit partly accepted (logic/acceptSpan.ts) carries its remaining token spans, which move with
+ *   the text like its range does.
  * - Off-viewport edits get a gutter marker on the first/last visible line pointing towards them.
  */
 
+import { hunks, type Hunk } from "./hunks";
 import type { NextEditResult, Position, Range } from "./protocol";
 
 export interface PlannedEdit {
@@ -23,6 +26,13 @@ export interface PlannedEdit {
   range: Range;
   newText: string;
   oldText: string;
+  /** Token spans still to accept, once a partial accept took some (else diffed from old/new). */
+  hunks?: Hunk[];
+}
+
+/** The token spans of `e` that remain to be accepted, in document order. */
+export function editHunks(e: PlannedEdit): Hunk[] {
+  return e.hunks ?? hunks(e.range, e.oldText, e.newText);
 }
 
 export type EditKind = "insert" | "delete" | "replace";
@@ -153,6 +163,17 @@ export function endOfApplied(applied: PlannedEdit): Position {
   return shiftPos(applied.range.end, applied);
 }
 
+function shiftRange(r: Range, applied: PlannedEdit): Range {
+  return { start: shiftPos(r.start, applied), end: shiftPos(r.end, applied) };
+}
+
+/** `e` (wholly after `applied`) moved with the text, its remaining token spans too. */
+function shifted(e: PlannedEdit, applied: PlannedEdit): PlannedEdit {
+  const out: PlannedEdit = { ...e, range: shiftRange(e.range, applied) };
+  if (e.hunks) out.hunks = e.hunks.map((h) => ({ range: shiftRange(h.range, applied), newText: h.newText }));
+  return out;
+}
+
 /** The edits left after applying `applied`: overlapping ones dropped, later ones shifted. */
 export function remainingAfter(edits: PlannedEdit[], applied: PlannedEdit): PlannedEdit[] {
   const out: PlannedEdit[] = [];
@@ -162,7 +183,7 @@ export function remainingAfter(edits: PlannedEdit[], applied: PlannedEdit): Plan
     const after = comparePos(e.range.start, applied.range.end) >= 0;
     if (before && after) continue; // two insertions at the same point: the applied one won
     if (before) out.push(e);
-    else if (after) out.push({ ...e, range: { start: shiftPos(e.range.start, applied), end: shiftPos(e.range.end, applied) } });
+    else if (after) out.push(shifted(e, applied));
     // else: overlaps the applied edit, its text is gone
   }
   return out;

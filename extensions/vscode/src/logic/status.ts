@@ -5,6 +5,9 @@
  * - The server reports its state through `editserver/status`; the client process state (starting,
  *   stopped, executable missing) comes from the extension; both fold into one `StatusModel`.
  * - Codicon names (`$(...)`) are plain strings here, so the mapping is unit-tested.
+ * - Completions the server withheld below its threshold in the last minute show as `· 3 withheld
+ *   <0.93` (nothing when none); the tooltip always names the threshold and how to change it. The
+ *   count ages out on the server, so the extension polls `editserver/info` while it is non-zero.
  * - The latest latency survives state changes that carry none (a status without latencyMs does not
  *   erase the last measurement).
  */
@@ -33,6 +36,35 @@ export function applyStatus(model: StatusModel, params: StatusParams): StatusMod
   return next;
 }
 
+/** Live state from `editserver/info` (polled while a withheld count needs to age out). */
+export function applyInfo(model: StatusModel, info: unknown): StatusModel {
+  if (!info || typeof info !== "object") return model;
+  const i = info as { withheld?: unknown; fimThreshold?: unknown };
+  const next: StatusModel = { ...model };
+  if (typeof i.withheld === "number") next.withheld = i.withheld;
+  if (typeof i.fimThreshold === "number") next.fimThreshold = i.fimThreshold;
+  return next;
+}
+
+/** ` · 3 withheld <0.93`: completions the server held back in the last minute, and its threshold. */
+export function withheldText(m: StatusModel): string {
+  const n = m.withheld ?? 0;
+  if (n <= 0) return "";
+  return m.fimThreshold !== undefined ? ` · ${n} withheld <${m.fimThreshold}` : ` · ${n} withheld`;
+}
+
+/** The threshold, the withheld count and how to change the threshold, for the tooltip. */
+export function thresholdTooltip(m: StatusModel): string {
+  if (m.fimThreshold === undefined && !m.withheld) return "";
+  const threshold = m.fimThreshold !== undefined ? String(m.fimThreshold) : "unknown";
+  const n = m.withheld ?? 0;
+  return (
+    `\nCompletion threshold ${threshold}: ${n} completion${n === 1 ? "" : "s"} withheld below it in the last minute.` +
+    "\nTo change it, start `editserver serve --fim-threshold X` yourself (0 shows every completion)" +
+    " and set editserver.serverUrl to its URL."
+  );
+}
+
 export interface StatusView {
   text: string;
   tooltip: string;
@@ -55,21 +87,12 @@ export function renderStatus(m: StatusModel): StatusView {
     return { text: "$(sync~spin) editserver", tooltip: `Starting…${detail}`, warning: false };
   }
   switch (m.server) {
-    case "ready": {
-      const n = m.withheld ?? 0;
-      const threshold = m.fimThreshold !== undefined ? String(m.fimThreshold) : "?";
-      const withheld = n > 0 ? ` (${n} withheld)` : "";
-      const why =
-        n > 0
-          ? `\n${n} completion(s) withheld below the server's threshold ${threshold} in the last minute;` +
-            " start `editserver serve --fim-threshold X` yourself and set editserver.serverUrl to see more."
-          : "";
+    case "ready":
       return {
-        text: `$(sparkle) editserver${latency}${withheld}`,
-        tooltip: `Ready. Last suggestion took${latency || " -"}.${why}${detail}\nClick to turn off.`,
+        text: `$(sparkle) editserver${latency}${withheldText(m)}`,
+        tooltip: `Ready. Last suggestion took${latency || " -"}.${thresholdTooltip(m)}${detail}\nClick to turn off.`,
         warning: false,
       };
-    }
     case "unreachable":
       return { text: "$(warning) editserver unreachable", tooltip: `The model server does not answer.${detail}`, warning: true };
     case "disabled":
