@@ -232,100 +232,58 @@ def evaluate(
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
+def _cross_entropy(engine, tasks: list[dict], max_tokens: int, skip: bool) -> tuple[list, list]:
+    """Decoding-independent, so measured once: how likely the model finds each canonical infill, from
+    a fully masked canvas and written left to right (Engine.middle_ce). Left to right runs one full
+    row per answer token, so its cost grows with the square of the canvas: a 128-token multi-line
+    canvas would take a minute a task on two cores; such suites report it as null."""
+    from model.infer.engine import FimRequest
 
-    from model.infer.engine import Engine, FimRequest
-
-    if not args.suite.is_file():
-        print(f"suite not found: {args.suite}; {SUITE_HELP}")
-        return 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    try:
-        engine = Engine.load(args.model)
-    except FileNotFoundError as e:  # a mistyped --model: say so, not a traceback
-        print(e)
-        return 2
-    if args.fim_window is not None:
-        engine.inference.window_tokens = args.fim_window or None
-    try:
-        effort = engine.resolve_effort(args.effort)
-    except ValueError as e:  # before the cross-entropy pass, not a traceback minutes later
-        print(e)
-        return 2
-    single = "singleline" in args.suite.name and not args.keep_lines
-    max_tokens = args.max_tokens or (32 if "singleline" in args.suite.name else 128)
-    tasks = load_suite(args.suite, args.limit, args.seed)
-    if not tasks:
-        print(f"no tasks to run (suite {args.suite}, --limit {args.limit})")
-        return 2
-    t0 = time.time()
-    # decoding-independent, so measured once: how likely the model finds each canonical infill, from
-    # a fully masked canvas and written left to right (model/infer/engine.py Engine.middle_ce). Left to right
-    # runs one full row per answer token, so its cost grows with the square of the canvas: a 128-token
-    # multi-line canvas would take a minute a task on two cores; such suites report it as null.
     l2r = max_tokens <= L2R_CE_MAX_TOKENS
     ce, ce_l2r = [], []
-    for t in [] if args.no_ce else tasks:
+    for t in [] if skip else tasks:
         req = FimRequest(t["prompt"], t["suffix"], max_tokens=max_tokens)
         ce.append(engine.middle_ce(req, t["canonical_solution"]))
         if l2r:
             ce_l2r.append(engine.middle_ce(req, t["canonical_solution"], left_to_right=True))
-    kw = dict(
-        effort=effort,
-        max_tokens=max_tokens,
-        single_line=single,
-        timeout=args.timeout,
-        block_size=args.block_size,
-        line_steps=args.line_steps,
-        stop=["\n"] if single and not args.no_stop else [],
-    )
-    measured = dict(
-        sequential=args.one_token is not None,
-        left_to_right=args.one_token == "left",
-    )
-    try:
-        result = evaluate(engine, tasks, label="parallel", **measured, **kw)
-    except ValueError as e:  # options the engine cannot plan: say so, not a traceback
-        print(e)
-        return 2
-    if not args.no_sequential:
-        result["sequential"] = evaluate(engine, tasks, sequential=True, label="sequential", **kw)
-        seq = result["sequential"]
-        result["speedup_p50"] = seq["latency_ms"]["p50"] / max(1e-9, result["latency_ms"]["p50"])
-        result["pass_at_1_cost"] = seq["pass_at_1"] - result["pass_at_1"]
-        # what parallel unmasking changed: the share of tasks answered exactly as one token per step
-        # answers them (a quality cost that is measurable while pass@1 is near zero)
-        same = [a["completion"] == b["completion"] for a, b in zip(result["samples"], seq["samples"])]
-        result["agreement"] = sum(same) / max(1, len(same))
-    result.update(
-        {
-            "middle_ce": sum(ce) / len(ce) if ce else None,
-            "middle_ce_l2r": sum(ce_l2r) / len(ce_l2r) if ce_l2r else None,
-            "suite": args.suite.name,
-            "effort": effort,
-            "threshold": engine.inference.efforts[effort].threshold,
-            "gamma": engine.inference.efforts[effort].gamma,  # set: the joint rule, not the threshold
-            "margin": engine.inference.efforts[effort].margin,  # the joint rule reads p1 - p2
-            "one_copy": engine.inference.efforts[effort].one_copy,  # adjacent same tokens: the surer
-            "one_token": args.one_token,  # the measured run's rule, when one token per step
-            "block_size": args.block_size or engine.inference.efforts[effort].block_for(edit=False),
-            "line_steps": (
-                args.line_steps
-                if args.line_steps is not None
-                else engine.inference.efforts[effort].line_steps
-            ),
-            "max_tokens": max_tokens,
-            "single_line_cut": single,
-            "stop": kw["stop"],
-            "model": str(args.model or "shipped default"),
-            "checkpoint_meta": engine.ck.meta,
-            "window_tokens": engine.inference.window_tokens,
-            "torch_threads": torch.get_num_threads(),
-            "wall_s": round(time.time() - t0, 1),
-        }
-    )
+    return ce, ce_l2r
+
+
+def _compare_sequential(result: dict, seq: dict) -> None:
+    result["sequential"] = seq
+    result["speedup_p50"] = seq["latency_ms"]["p50"] / max(1e-9, result["latency_ms"]["p50"])
+    result["pass_at_1_cost"] = seq["pass_at_1"] - result["pass_at_1"]
+    # what parallel unmasking changed: the share of tasks answered exactly as one token per step
+    # answers them (a quality cost that is measurable while pass@1 is near zero)
+    same = [a["completion"] == b["completion"] for a, b in zip(result["samples"], seq["samples"])]
+    result["agreement"] = sum(same) / max(1, len(same))
+
+
+def _settings(args, engine, effort: str, max_tokens: int, single: bool, stop: list[str]) -> dict:
+    import torch
+
+    preset = engine.inference.efforts[effort]
+    return {
+        "suite": args.suite.name,
+        "effort": effort,
+        "threshold": preset.threshold,
+        "gamma": preset.gamma,  # set: the joint rule, not the threshold
+        "margin": preset.margin,  # the joint rule reads p1 - p2
+        "one_copy": preset.one_copy,  # adjacent same tokens: the surer
+        "one_token": args.one_token,  # the measured run's rule, when one token per step
+        "block_size": args.block_size or preset.block_for(edit=False),
+        "line_steps": args.line_steps if args.line_steps is not None else preset.line_steps,
+        "max_tokens": max_tokens,
+        "single_line_cut": single,
+        "stop": stop,
+        "model": str(args.model or "shipped default"),
+        "checkpoint_meta": engine.ck.meta,
+        "window_tokens": engine.inference.window_tokens,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _print(result: dict) -> None:
     rows = [("parallel", result)] + (
         [("one token/step", result["sequential"])] if "sequential" in result else []
     )
@@ -356,6 +314,67 @@ def run(args: argparse.Namespace) -> int:
             f"pass@1 cost: {100 * result['pass_at_1_cost']:.1f} points; "
             f"same answer as one token/step: {result['agreement']:.1%}"
         )
+
+
+def _load(args):
+    """(engine, effort, tasks), or an error message."""
+    import torch
+
+    from model.infer.engine import Engine
+
+    if not args.suite.is_file():
+        return f"suite not found: {args.suite}; {SUITE_HELP}"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        engine = Engine.load(args.model)
+    except FileNotFoundError as e:  # a mistyped --model: say so, not a traceback
+        return str(e)
+    if args.fim_window is not None:
+        engine.inference.window_tokens = args.fim_window or None
+    try:
+        effort = engine.resolve_effort(args.effort)
+    except ValueError as e:  # before the cross-entropy pass, not a traceback minutes later
+        return str(e)
+    tasks = load_suite(args.suite, args.limit, args.seed)
+    if not tasks:
+        return f"no tasks to run (suite {args.suite}, --limit {args.limit})"
+    return engine, effort, tasks
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = _load(args)
+    if isinstance(loaded, str):
+        print(loaded)
+        return 2
+    engine, effort, tasks = loaded
+    single = "singleline" in args.suite.name and not args.keep_lines
+    max_tokens = args.max_tokens or (32 if "singleline" in args.suite.name else 128)
+    t0 = time.time()
+    ce, ce_l2r = _cross_entropy(engine, tasks, max_tokens, args.no_ce)
+    stop = ["\n"] if single and not args.no_stop else []
+    kw = dict(
+        effort=effort,
+        max_tokens=max_tokens,
+        single_line=single,
+        timeout=args.timeout,
+        block_size=args.block_size,
+        line_steps=args.line_steps,
+        stop=stop,
+    )
+    one = dict(sequential=args.one_token is not None, left_to_right=args.one_token == "left")
+    try:
+        result = evaluate(engine, tasks, label="parallel", **one, **kw)
+    except ValueError as e:  # options the engine cannot plan: say so, not a traceback
+        print(e)
+        return 2
+    if not args.no_sequential:
+        _compare_sequential(result, evaluate(engine, tasks, sequential=True, label="sequential", **kw))
+    result["middle_ce"] = sum(ce) / len(ce) if ce else None
+    result["middle_ce_l2r"] = sum(ce_l2r) / len(ce_l2r) if ce_l2r else None
+    result.update(_settings(args, engine, effort, max_tokens, single, stop))
+    result["wall_s"] = round(time.time() - t0, 1)
+    _print(result)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
