@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         if d is not None and is_open_dir(Path(d)):
             return _fail(
                 f"{flag}: {d} is an open-weight model directory; `editserver train` trains this project's "
-                "checkpoints only (`editserver align --lora R` adapts an open-weight model)"
+                "checkpoints only (serve it with `editserver serve --model DIR`)"
             )
     fine_tune = args.repo is not None
     args.steps = args.steps or (300 if fine_tune else 100_000)
