@@ -72,10 +72,9 @@ import torch
 from model.infer.cache import Rows
 from model.infer.checkpoint import Checkpoint, load_checkpoint
 from model.infer.draft import draft_region, step_drafts
-from model.infer.ensemble import outscored
+from model.infer.ensemble import done_hook
 from model.infer.layout import InPlaceLayout, layout_for
 from model.infer.plan import DecodePlan, plan_for, resolve_effort
-from model.infer.rules import first_true
 from model.infer.sampler import Hooks, SampleResult, Tokens, denoise
 from model.infer.scoring import aggregate, layout_only
 from model.infer.transformer import ContextTooLongError
@@ -317,7 +316,7 @@ class Engine:
             draft = step_drafts([draft_region(c, self.tok) for c in contexts], self.tok.eot_id)
         return Hooks(
             observe=observe,
-            done=self._done_hook([r.options.stop for r in reqs], groups),
+            done=done_hook([r.options.stop for r in reqs], groups, self.tok.decode, self.tok.eot_id),
             draft=draft,
             should_stop=(o.cancel.is_set if o.cancel is not None else None),
         )
@@ -449,41 +448,6 @@ class Engine:
         scored = policy.logits(self.model, state, canvas, slice(0, n), None, want).float()  # [T, V]
         scored[:, [mask, *self.suppressed_ids()]] = float("-inf")
         return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
-
-    def _done_hook(self, stops: list[list[str]], groups: list[list[int]]):
-        """``done`` for the sampler: rows whose committed answer start already holds a stop string,
-        then rows of a length ensemble that can no longer win (``outscored``)."""
-        stop = self._stop_hook(stops)
-        groups = [g for g in groups if len(g) > 1]
-        if not groups:
-            return stop
-
-        def done(canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
-            ended = stop(canvas, fixed, conf) if stop is not None else torch.zeros_like(fixed[:, 0])
-            return ended | outscored(canvas, fixed, conf, ended, groups, self.tok.eot_id)
-
-        return done
-
-    def _stop_hook(self, stops: list[list[str]]):
-        """Rows whose committed answer start already holds a stop string."""
-        stops = [[x for x in row if x] for row in stops]
-        if not any(stops):
-            return None
-        eot = self.tok.eot_id
-
-        def done(canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:  # [B]
-            B = canvas.shape[0]
-            first_open = first_true(~fixed)  # [B]
-            out = torch.zeros(B, dtype=torch.bool, device=canvas.device)
-            for b, row in enumerate(stops):
-                toks = canvas[b, : int(first_open[b])].tolist()
-                if eot in toks:
-                    continue  # the answer has ended anyway
-                text = self.tok.decode(toks)
-                out[b] = any(x in text for x in row)
-            return out
-
-        return done
 
     @staticmethod
     def _scored(res, i: int, n: int, confs: list[float]) -> list[float]:

@@ -1,6 +1,10 @@
-"""The length ensemble's early end: a row that can no longer win its request's vote stops decoding.
+"""Early ends of rows: a stop sequence in the committed text, or a length-ensemble row that can no
+longer win its request's vote. Both are the denoising loop's ``done`` hook (model/infer/sampler.py).
 
 Design decisions:
+- A row whose committed answer start (every position before the first undecided one) already holds
+  a stop sequence ends there: nothing after it can change the returned text, so the text is the
+  same as decoding the whole canvas and cutting afterwards, in fewer steps.
 - A single-line FIM request is decoded on several canvas lengths at once and the likeliest answer
   wins (model/infer/engine.py, ``line_likelihood``). The vote's scores only fall as a row commits more, so
   a row whose committed start already scores below a finished rival's answer can be ended without
@@ -10,6 +14,8 @@ Design decisions:
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -50,3 +56,42 @@ def outscored(
         for i in g:
             out[i] = not finished[i] and bound[i] < best - 1e-6
     return out
+
+
+Hook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def stop_hook(stops: list[list[str]], decode: Callable[[list[int]], str], eot_id: int) -> Hook | None:
+    """Rows whose committed answer start already holds one of their stop strings (None: no stops)."""
+    stops = [[x for x in row if x] for row in stops]
+    if not any(stops):
+        return None
+
+    def done(canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:  # [B]
+        first_open = first_true(~fixed)  # [B]
+        out = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
+        for b, row in enumerate(stops):
+            toks = canvas[b, : int(first_open[b])].tolist()
+            if eot_id in toks:
+                continue  # the answer has ended anyway
+            text = decode(toks)
+            out[b] = any(x in text for x in row)
+        return out
+
+    return done
+
+
+def done_hook(
+    stops: list[list[str]], groups: list[list[int]], decode: Callable[[list[int]], str], eot_id: int
+) -> Hook | None:
+    """``done`` for the loop: rows that hit a stop string, then ensemble rows that cannot win."""
+    stop = stop_hook(stops, decode, eot_id)
+    groups = [g for g in groups if len(g) > 1]
+    if not groups:
+        return stop
+
+    def done(canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
+        ended = stop(canvas, fixed, conf) if stop is not None else torch.zeros_like(fixed[:, 0])
+        return ended | outscored(canvas, fixed, conf, ended, groups, eot_id)
+
+    return done
