@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     """Build what is missing of the corpus (and the teacher rows); nonzero: stop with that status."""
-    from model.train.loop import prepare
+    from model.train.corpus import prepare
 
     data, rows, progress = args.data, corpus_rows(args), args.progress
     if (data / "train" / "info.json").exists():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from model.infer.tokenizer import train_tokenizer
+from model.train.corpus import prepare
 from model.train.data import SHARD_SEED_STRIDE, Row, RowStore, build_rows
-from model.train.loop import prepare
 from tests.conftest import CORPUS
 
 

@@ -284,9 +284,9 @@ def test_fine_tune_data_keeps_a_tiny_history_whose_commits_all_hash_to_validatio
     A commit's sha depends on its time, so the git test above hits this one run in a hundred."""
     import git
 
+    from model.train.corpus import prepare
     from model.train.data import RowStore
     from model.train.gitmine import mine_repo
-    from model.train.loop import prepare
 
     repo = git.Repo.init(tmp_path / "proj")
     src = tmp_path / "proj" / "calc.py"
