@@ -2,7 +2,7 @@
 
 Design decisions:
 - One subcommand per module of this package (``serve``, ``train``, ``replay``,
-  ``bench``), each exposing ``register(subparsers)`` that adds its parser and sets ``func``; heavy
+  ``bench``, ``align``), each exposing ``register(subparsers)`` that adds its parser and sets ``func``; heavy
   imports (torch, uvicorn) happen inside ``func`` so ``editserver --help`` is instant.
 - ``editserver lsp`` replaces this process with ``python -m lsp`` (same arguments, same stdio): the
   language server sits above the HTTP API, so the server's package never imports it.
@@ -17,7 +17,7 @@ import sys
 
 from editserver import __version__
 
-SUBCOMMANDS = ("serve", "train", "replay", "bench")
+SUBCOMMANDS = ("serve", "train", "replay", "bench", "align")
 DESCRIPTION = (
     "Local code suggestions from a diffusion language model: fill-in-the-middle and next-edit "
     "prediction over an Inception-compatible HTTP API, with a language server for editors."
