@@ -136,14 +136,21 @@ def shared_masks(
     seeds: list[int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """K masked copies of each row, example-major: (noisy [B*K, L], weight [B*K, L]); the weight is
-    1/t at masked canvas positions (the per-sequence MDLM bound) and 0 elsewhere."""
+    1/t at masked canvas positions (the per-sequence MDLM bound) and 0 elsewhere.
+
+    Each row is masked at its own length, not the batch's width, so an example gets the same masks
+    in whatever batch it lands: the cached reference ELBO was computed on exactly these."""
     noisy, weight = [], []
+    L = ids.shape[1]
     for b, seed in enumerate(seeds):
         g = torch.Generator().manual_seed(seed)
-        n, _, _, w = mask_batch(ids[b].expand(k, -1), ctx[b].expand(k), lens[b].expand(k), mask_id, g)
+        n_b = int(lens[b])
+        row = ids[b, :n_b].expand(k, -1)  # [K, n_b]
+        n, _, _, w = mask_batch(row, ctx[b].expand(k), lens[b].expand(k), mask_id, g)
         canvas = (lens[b] - ctx[b]).clamp_min(1).float()
-        noisy.append(n)
-        weight.append(w * canvas)  # mask_batch divides by the canvas length: undo it
+        # past the row's length: its padding as it was (keys there are masked), weight 0
+        noisy.append(torch.cat([n, ids[b, n_b:].expand(k, -1)], dim=1))
+        weight.append(F.pad(w * canvas, (0, L - n_b)))  # mask_batch divides by the canvas: undo it
     return torch.cat(noisy), torch.cat(weight)
 
 

@@ -197,3 +197,17 @@ def test_telemetry_events_become_examples(tmp_path):
         ("edit", True, edit[0]["rewritten"], "telemetry:accept"),
         ("edit", False, edit[0]["rewritten"], "telemetry:reject"),
     ]
+
+
+def test_an_example_gets_the_same_masks_in_any_batch() -> None:
+    """The cached reference ELBO was computed on an example's masks: they must not depend on how wide
+    the batch it lands in is (a longer neighbour pads it)."""
+    from model.train.kto import shared_masks
+
+    row = torch.arange(2, 22)  # 20 tokens: 8 of context, 12 of answer
+    short = row[None, :]  # [1, 20]
+    wide = torch.cat([short, torch.full((1, 9), 0)], dim=1)  # [1, 29]: padded to a wider batch
+    ctx, lens = torch.tensor([8]), torch.tensor([20])
+    n1, w1 = shared_masks(short, ctx, lens, 4, 1, [7])
+    n2, w2 = shared_masks(wide, ctx, lens, 4, 1, [7])
+    assert torch.equal(n1, n2[:, :20]) and torch.equal(w1, w2[:, :20]) and not w2[:, 20:].any()
