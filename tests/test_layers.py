@@ -80,7 +80,13 @@ def test_the_check_catches_hidden_imports() -> None:
         "    __import__('protocol.prompt')\n"
     )
     found = [m for _, m in imported_modules(src)]
-    assert found == ["importlib", "model.infer.engine", "editserver.server.app", "kernels.", "protocol.prompt"]
+    assert found == [
+        "importlib",
+        "model.infer.engine",
+        "editserver.server.app",
+        "kernels.",
+        "protocol.prompt",
+    ]
     assert len(violations("lsp", src, "x.py")) == 3  # protocol is allowed to everyone
     assert len(violations("kernels", src, "x.py")) == 2
     assert len(violations("protocol", src, "x.py")) == 3
