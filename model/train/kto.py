@@ -396,6 +396,10 @@ class Aligner:
             return self.cfg.lr * (step + 1) / warm
         return self.cfg.lr * (1.0 - 0.9 * (step - warm) / max(1, self.steps - warm))
 
+    def trainable_parameters(self):
+        """What the optimizer moves: the whole policy here, adapters only for LoRA (kto_open.py)."""
+        return self.policy.parameters()
+
     def train_step(self) -> dict:
         idx = self.batch_indices(self.step)
         rewards, _ = self.rewards(idx)
@@ -406,7 +410,7 @@ class Aligner:
             g["lr"] = self.lr_at(self.step)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), 1.0)
         self.opt.step()
         self.step += 1
         return stats

@@ -61,7 +61,6 @@ from model.train.kto import (
     Aligner,
     class_weights,
     examples_digest,
-    kto_loss,
     shared_masks,
 )
 from model.train.kto_data import Example
@@ -273,20 +272,8 @@ class OpenAligner(Aligner):
             ref = self._elbo(rows, masks, cfg.kl_k)
         return max(0.0, float((cfg.beta * (pol - ref)).mean()))
 
-    def train_step(self) -> dict:
-        idx = self.batch_indices(self.step)
-        rewards, _ = self.rewards(idx)
-        z0 = self.kl_anchor(idx, rewards)
-        desirable = torch.as_tensor(self.labels[idx], device=rewards.device)
-        loss, stats = kto_loss(rewards, desirable, z0, self.lambda_d, self.lambda_u)
-        for g in self.opt.param_groups:
-            g["lr"] = self.lr_at(self.step)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.lora.parameters(), 1.0)
-        self.opt.step()
-        self.step += 1
-        return stats
+    def trainable_parameters(self):
+        return self.lora.parameters()
 
     def save(self) -> None:
         state = {

@@ -54,6 +54,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from model.infer.checkpoint import bf16_native as bf16_supported
 from model.infer.checkpoint import load_checkpoint, save_checkpoint
 from model.infer.config import PRESETS, InferenceConfig, ModelConfig
 from model.infer.draft import align_draft, draft_region
@@ -80,17 +81,6 @@ from model.train.distributed import (
 )
 from model.train.optim import Optimizer
 from protocol.prompt import EDIT_OPEN, edit_canvas_pos
-
-
-def bf16_supported(device: str) -> bool:
-    """Whether bf16 autocast is fast here: CUDA, or a CPU with native bf16 (AVX-512 BF16 or AMX)."""
-    if device.startswith("cuda"):
-        return True
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def autocast(device: str, precision: str = "auto") -> torch.autocast:
