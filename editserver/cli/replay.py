@@ -39,6 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="evaluate on DIR's held-out repositories and tune on the others (model.train.data.HELD_OUT_REPOS)",
     )
+    p.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="do not replay: compare earlier --json results of two or more models on the same points "
+        "(acceptance against shown rate) and write the page to --html",
+    )
     groups = {"source of suggestions": p.add_argument_group("source of suggestions")}
     add_arguments(p, ReplayConfig, groups)
     p.set_defaults(func=run)
@@ -122,8 +130,32 @@ def print_summary(result: dict) -> None:
         print("skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())))
 
 
+def compare(args: argparse.Namespace) -> int:
+    from editserver.replay.compare import render_comparison
+
+    try:
+        if not args.html_out:
+            raise ValueError("--compare writes its page to --html FILE")
+        results = {}
+        for item in args.compare:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"--compare takes NAME=FILE, got {item!r}")
+            results[name] = json.loads(Path(path).read_text())
+        page = render_comparison(results)
+    except (ValueError, OSError, KeyError) as e:
+        print(f"editserver replay: error: {e}", file=sys.stderr)
+        return 2
+    Path(args.html_out).write_text(page)
+    print(f"wrote {args.html_out}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from editserver.replay.harness import run as replay
+
+    if args.compare:
+        return compare(args)
 
     try:
         cfg = to_config(args)
