@@ -21,11 +21,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-DEFAULT_RUN = Path.home() / ".cache" / "editserver-align" / "run"
 MIN_EVENTS = 50
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from editserver.options import add_arguments
+    from model.train.kto import AlignConfig
+
     p = sub.add_parser(
         "align",
         help="KTO alignment from accepted/rejected suggestions (replay output, LSP telemetry)",
@@ -62,7 +64,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="at most this share of the examples are 'region unchanged' answers (default 0.25)",
     )
     m = p.add_argument_group("model")
-    m.add_argument("--init", type=Path, default=None, help="checkpoint to align (default: the shipped one)")
     m.add_argument(
         "--export", type=Path, required=True, metavar="DIR2", help="write the aligned checkpoint here"
     )
@@ -77,46 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="LoRA adapters of rank R: open-weight model directories only, which always train through them (default 8 there)",
     )
     t = p.add_argument_group("training")
-    t.add_argument("--run", type=Path, default=DEFAULT_RUN, help=f"run directory (default {DEFAULT_RUN})")
-    t.add_argument(
-        "--k", type=int, default=8, help="masks per example, shared by policy and reference (default 8)"
-    )
-    t.add_argument("--beta", type=float, default=0.1, help="KTO beta (default 0.1)")
-    t.add_argument("--batch-size", type=int, default=8, help="examples per step (default 8)")
-    t.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (default 2e-5)")
-    t.add_argument(
-        "--steps", type=int, default=None, help="optimizer steps (default: --epochs over the examples)"
-    )
-    t.add_argument("--epochs", type=float, default=1.0, help="passes over the examples (default 1)")
-    t.add_argument(
-        "--time-budget",
-        type=float,
-        default=None,
-        metavar="MINUTES",
-        help="stop training after this much time (counted across resumes)",
-    )
-    t.add_argument(
-        "--z0",
-        choices=("mismatched", "mean"),
-        default="mismatched",
-        help="KL anchor: mismatched pairs of the batch (the KTO paper) or a running mean",
-    )
-    t.add_argument(
-        "--lambda-d", type=float, default=None, help="desirable weight (default: from the balance)"
-    )
-    t.add_argument(
-        "--lambda-u", type=float, default=None, help="undesirable weight (default: from the balance)"
-    )
-    t.add_argument(
-        "--precision",
-        choices=("auto", "bf16", "fp32"),
-        default="auto",
-        help="bf16 autocast where the hardware computes it natively (auto), or forced",
-    )
-    t.add_argument("--device", default="cpu", help="cpu or cuda")
-    t.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    t.add_argument("--seed", type=int, default=0, help="seed of the batch order and the masks")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_arguments(p, AlignConfig, {"model": m, "training": t})
     r = p.add_argument_group("threshold re-tuning (training repositories)")
     r.add_argument(
         "--edits",
@@ -200,7 +162,7 @@ def retune(args: argparse.Namespace, model_dir: Path, files: list[Path]) -> dict
     )
     edits, fims = from_record_files(files, Budget(args.tune_points, args.tune_fim), opts, Counter())
     s = make_suggester(ReplayConfig(model=str(model_dir), in_process=True, device=args.device))
-    res = run_phase("tune", edits, fims, s, RowLog(None, {}, False), 1, not args.no_progress)
+    res = run_phase("tune", edits, fims, s, RowLog(None, {}, False), 1, args.progress)
     tuning = tune(res.edits, s) if res.edits else {}
     if res.fims:
         agg = tuning["chosen"]["score_aggregate"] if res.edits else s.score_aggregate
@@ -227,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     from model.train.kto_data import HeldOutError
 
     stats: Counter = Counter()
-    state_exists = (args.run / "state.pt").exists()
+    state_exists = (args.run_dir / "state.pt").exists()
     try:
         files = tune_files(args)
         examples = gather(args, stats)
@@ -243,33 +205,16 @@ def run(args: argparse.Namespace) -> int:
         return run_open(args, examples, files)
     import torch
 
+    from editserver.options import config_values
     from model.train.kto import AlignConfig, Aligner, NotNativeError
 
-    cfg = AlignConfig(
-        run_dir=args.run,
-        init=args.init,
-        beta=args.beta,
-        k=args.k,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        steps=args.steps,
-        epochs=args.epochs,
-        time_budget_s=None if args.time_budget is None else args.time_budget * 60.0,
-        z0=args.z0,
-        lambda_d=args.lambda_d,
-        lambda_u=args.lambda_u,
-        precision=args.precision,
-        device=args.device,
-        threads=args.threads,
-        seed=args.seed,
-        progress=not args.no_progress,
-    )
+    cfg = AlignConfig(**config_values(AlignConfig, args))
     try:
         aligner = Aligner(cfg, examples)
     except (NotNativeError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
     if state_exists:
-        print(f"resuming {args.run} at step {aligner.step} of {aligner.steps}", flush=True)
+        print(f"resuming {args.run_dir} at step {aligner.step} of {aligner.steps}", flush=True)
     print(
         f"{aligner.store.n} rows ({aligner.n_d} desirable, {aligner.n_u} undesirable); lambda_D "
         f"{aligner.lambda_d:.3g}, lambda_U {aligner.lambda_u:.3g}; {aligner.steps} steps of {args.batch_size}",
@@ -317,17 +262,13 @@ def run(args: argparse.Namespace) -> int:
 def run_open(args: argparse.Namespace, examples: list, files: list[Path]) -> int:
     """An open-weight directory: LoRA adapters (rank ``--lora``, default 8), merged into the export;
     the engine's default thresholds are kept (model/train/kto_open.py)."""
+    from editserver.options import config_values
     from model.infer.hf import UnsupportedModelError
+    from model.train.kto import AlignConfig
     from model.train.kto_open import DEFAULT_LORA_R, OpenAlignConfig, OpenAligner
 
     r = args.lora if args.lora is not None else DEFAULT_LORA_R
-    cfg = OpenAlignConfig(
-        run_dir=args.run, init=args.init, beta=args.beta, k=args.k, batch_size=args.batch_size,
-        lr=args.lr, steps=args.steps, epochs=args.epochs,
-        time_budget_s=None if args.time_budget is None else args.time_budget * 60.0, z0=args.z0,
-        lambda_d=args.lambda_d, lambda_u=args.lambda_u, precision=args.precision, device=args.device,
-        threads=args.threads, seed=args.seed, progress=not args.no_progress, lora_r=r,
-    )  # fmt: skip
+    cfg = OpenAlignConfig(**config_values(AlignConfig, args), lora_r=r)
     try:
         aligner = OpenAligner(cfg, examples)
     except UnsupportedModelError as e:

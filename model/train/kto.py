@@ -44,7 +44,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -221,28 +221,58 @@ def kto_loss(
 
 
 # ---- the run -----------------------------------------------------------------------------------
+DEFAULT_RUN = Path.home() / ".cache" / "editserver-align" / "run"
+
+
+def _opt(default, help: str, group: str = "training", **meta):
+    """A field that is also an ``editserver align`` flag (editserver/options.py)."""
+    return field(default=default, metadata={"help": help, "group": group, **meta})
+
+
 @dataclass
 class AlignConfig:
-    run_dir: Path
-    init: Path | None = None  # the checkpoint aligned (and the frozen reference); None: shipped
-    beta: float = 0.1
-    k: int = 8  # masks per example
-    batch_size: int = 8
-    lr: float = 2e-5
+    """An align run's settings; fields with ``help`` in their metadata are also ``editserver align``'s
+    flags (editserver/options.py builds them), so each option is written once."""
+
+    run_dir: Path = field(
+        metadata={
+            "help": "run directory (examples, reference cache, state; the same command resumes)",
+            "flag": "--run",
+            "cli_default": DEFAULT_RUN,
+            "group": "training",
+        }
+    )
+    # the checkpoint aligned (and the frozen reference); None: shipped
+    init: Path | None = _opt(
+        None, "checkpoint or open-weight directory to align (default: the shipped one)", "model"
+    )
+    beta: float = _opt(0.1, "KTO beta: the scale of the implicit reward")
+    k: int = _opt(8, "masks per example, shared by policy and reference")
+    batch_size: int = _opt(8, "examples per step")
+    lr: float = _opt(2e-5, "AdamW learning rate (LoRA usually wants about 1e-4)")
     weight_decay: float = 0.0
-    steps: int | None = None  # None: ``epochs`` over the examples
-    epochs: float = 1.0
-    time_budget_s: float | None = None
-    z0: str = "mismatched"  # mismatched | mean (module docstring)
+    steps: int | None = _opt(None, "optimizer steps (default: --epochs over the examples)")
+    epochs: float = _opt(1.0, "passes over the examples")
+    time_budget_s: float | None = _opt(
+        None, "stop training after this many minutes (counted across resumes)", flag="--time-budget",
+        metavar="MINUTES", scale=60.0,
+    )  # fmt: skip
+    z0: str = _opt(
+        "mismatched", "KL anchor: mismatched pairs of the batch (the KTO paper) or a running mean",
+        choices=("mismatched", "mean"),
+    )  # fmt: skip
     kl_k: int = 2  # masks per mismatched pair
-    lambda_d: float | None = None  # None: from the class balance
-    lambda_u: float | None = None
-    precision: str = "auto"
-    device: str = "cpu"
-    threads: int = 0
-    seed: int = 0
+    lambda_d: float | None = _opt(None, "desirable weight (default: from the class balance)")
+    lambda_u: float | None = _opt(None, "undesirable weight (default: from the class balance)")
+    precision: str = _opt(
+        "auto", "bf16 autocast where the hardware computes it natively (auto), or forced",
+        choices=("auto", "bf16", "fp32"),
+    )  # fmt: skip
+    device: str = _opt("cpu", "cpu or cuda")
+    threads: int = _opt(0, "torch threads (0: torch's default)")
+    seed: int = _opt(0, "seed of the batch order and the masks")
     save_every: int = 25
-    progress: bool = True
+    progress: bool = _opt(True, "no progress bar", flag="--no-progress", negate=True)
 
 
 def load_native(path: Path | None, device: str = "cpu") -> Checkpoint:
