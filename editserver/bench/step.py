@@ -1,0 +1,121 @@
+"""``editserver bench step``: milliseconds per denoising step of an open-weight-shaped model.
+
+Design decisions:
+- No download: a randomly initialised model of a published shape (``editserver bench kernels``'s
+  ``SHAPES``, or ``tiny``) decodes an in-place FIM canvas through the real loop, dual cache and
+  token choice (model/infer/sampler.py), so a step costs what it costs when serving, matmuls
+  included. Random weights decide nothing about quality; the time per step does not depend on them.
+- Backends side by side in one run: the Triton kernels against the PyTorch/SDPA path
+  (``model.infer.ops.set_backend``), alternating per repetition so machine noise falls on both.
+- One token per step (``TopKRule(1)``), so every repetition takes the same number of steps; the
+  figure is the decode's wall time over its steps (the block refreshes of the dual cache included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from editserver.bench.kernels import SHAPES, OpShapes
+
+TINY = OpShapes(64, 4, 2, 16, 128, 512, 2)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("step", help="ms per denoising step of a random open-weight-shaped model")
+    p.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="model shape (default tiny)")
+    p.add_argument("--batches", default="1,16", help="batch sizes, comma-separated (default 1,16)")
+    p.add_argument("--context", type=int, default=512, help="prefix tokens per row (default 512)")
+    p.add_argument("--suffix", type=int, default=64, help="suffix tokens per row (default 64)")
+    p.add_argument("--canvas", type=int, default=32, help="canvas tokens: steps per decode (default 32)")
+    p.add_argument(
+        "--backends", default="torch,triton", help="ops backends to compare (default torch,triton)"
+    )
+    p.add_argument("--device", default="auto", help="auto (cuda if present) | cpu | cuda")
+    p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--repeat", type=int, default=3, help="timed decodes per backend and batch (default 3)")
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.set_defaults(func=run)
+
+
+def _model(shape: OpShapes, device: str, dtype):
+    import torch
+
+    from model.infer.hf.families import OpenConfig
+    from model.infer.hf.model import OpenModel
+
+    cfg = OpenConfig(
+        family="dream", vocab_size=shape.vocab_size, dim=shape.dim, n_layers=shape.n_layers,
+        n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads, head_dim=shape.head_dim,
+        ffn_dim=shape.ffn_dim, rope_theta=1e6, norm_eps=shape.norm_eps, qkv_bias=True,
+        tie_embeddings=False, max_position_embeddings=32768, shift=True, mask_id=shape.vocab_size - 1,
+        max_seq_len=32768,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = OpenModel(cfg)
+    return model.to(dtype).eval()
+
+
+def _decode_ms(model, batch: int, args, device: str) -> tuple[float, int]:
+    """(wall ms, steps) of one decode of ``batch`` rows."""
+    import torch
+
+    from model.infer.cache import DualCache, Rows
+    from model.infer.plan import DecodePlan
+    from model.infer.rules import TopKRule
+    from model.infer.sampler import Tokens, denoise
+
+    V = model.cfg.vocab_size
+    g = torch.Generator().manual_seed(batch)
+    pre = torch.randint(0, V - 2, (batch, args.context), generator=g).to(device)
+    suf = torch.randint(0, V - 2, (batch, args.suffix), generator=g).to(device)
+    rows = Rows(
+        pre, torch.full((batch,), args.context, device=device), None, None, suf,
+        torch.full((batch,), args.suffix, device=device),
+    )  # fmt: skip
+    plan = DecodePlan("fim", "bench", TopKRule(1), args.canvas, DualCache())
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    # end-of-text is never proposed (suppressed), so every decode takes ``canvas`` steps
+    res = denoise(model, rows, args.canvas, plan, Tokens(V - 1, V - 2, (V - 2,)))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return 1000 * (time.perf_counter() - t0), res.steps
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from model.infer import ops
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+    backends = [b for b in args.backends.split(",") if b]
+    if "triton" in backends and device != "cuda":
+        print("editserver bench step: the Triton backend needs CUDA here; timing torch only", file=sys.stderr)
+        backends = [b for b in backends if b != "triton"]
+    shape = TINY if args.shape == "tiny" else SHAPES[args.shape]
+    model = _model(shape, device, dtype)
+    out: dict = {"shape": args.shape, "device": device, "dtype": str(dtype), "rows": {}}
+    print(f"{'batch':>5} " + " ".join(f"{b + ' ms/step':>16}" for b in backends))
+    for batch in [int(x) for x in args.batches.split(",") if x]:
+        times: dict[str, list[float]] = {b: [] for b in backends}
+        for r in range(args.repeat + 1):  # the first round warms up (compilation, caches)
+            for b in backends if r % 2 == 0 else backends[::-1]:
+                ops.set_backend(b)
+                ms, steps = _decode_ms(model, batch, args, device)
+                if r:
+                    times[b].append(ms / steps)
+        ops.set_backend("auto")
+        row = {b: round(statistics.median(v), 3) for b, v in times.items()}
+        out["rows"][batch] = row
+        print(f"{batch:5d} " + " ".join(f"{row[b]:16.2f}" for b in backends))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
