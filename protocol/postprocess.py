@@ -206,6 +206,18 @@ def trim(
     return t
 
 
+# rules that cut a committed answer for good: nothing written after the cut can come back
+_FINAL = {"same_line", "dedent", "suffix_line", "repeated_line", "max_lines", "runaway"}
+
+
+def settled(text: str, prefix: str, suffix: str) -> bool:
+    """Whether the trimming already cuts ``text`` (an answer's committed start) for good, so more
+    text cannot change what is shown: a line rule fired (a one-line hole's newline, a dedent, a line
+    the suffix has next, a repeated line, the line limit), or a line repeats itself (runaway). The
+    engine ends such a FIM row there, so a runaway answer costs what its trimmed text costs."""
+    return bool(_FINAL.intersection(trim(text, prefix, suffix).trimmed))
+
+
 def postprocess(
     completion: str, line_prefix: str, suffix: str, language: str, style: tuple[str, int] = (" ", 4)
 ) -> str:

@@ -44,6 +44,10 @@ Design decisions:
   row keeps its own canvas, so the extra rows do not change the request's own row (sampler.py). A
   row ends as soon as another row of its request has finished with a likelihood its committed start
   already falls below (model/infer/ensemble.py): it could not win, so that saves steps and changes no answer.
+- A FIM row also ends once the shared trimming (protocol/postprocess.py ``settled``) has cut its
+  committed text for good (a dedent out of the hole, a repeated line, runaway repetition): what it
+  would write next is never shown, so a runaway answer costs what its trimmed text costs, whatever
+  ``max_tokens`` says. The raw text is then the committed start; the shown text is the same.
 - A single-line FIM request also gets its effort's step budget (``line_steps``, rules.StepBudget):
   each block takes at most that many steps, the last committing whatever is still masked. Multi-line
   requests keep no budget (a 32-token block of code in 4 steps would be 8 tokens a step, far past
@@ -60,6 +64,7 @@ Design decisions:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import threading
 import time
@@ -78,6 +83,7 @@ from model.infer.plan import DecodePlan, plan_for, resolve_effort
 from model.infer.sampler import Hooks, SampleResult, Tokens, denoise
 from model.infer.scoring import aggregate, layout_only
 from model.infer.transformer import ContextTooLongError
+from protocol.postprocess import settled
 from protocol.prompt import EditPrompt, parse_prompt
 
 
@@ -302,6 +308,17 @@ class Engine:
         suffixes = suffixes if suffixes is not None else [None] * len(contexts)
         return self.layout.rows(contexts, suffixes, canvas_lens, self.inference, self.device)
 
+    @staticmethod
+    def _ends(reqs: list) -> list:
+        """Per row, when a FIM answer is decided: once the shared trimming (protocol/postprocess.py
+        ``settled``) cuts its committed text for good, nothing more it writes can be shown."""
+        return [
+            functools.partial(settled, prefix=r.prefix, suffix=r.suffix)
+            if isinstance(r, FimRequest)
+            else None
+            for r in reqs
+        ]
+
     def _hooks(self, reqs: list, contexts: list[list[int]], groups: list[list[int]]) -> Hooks:
         o = reqs[0].options
         observe = None
@@ -316,7 +333,9 @@ class Engine:
             draft = step_drafts([draft_region(c, self.tok) for c in contexts], self.tok.eot_id)
         return Hooks(
             observe=observe,
-            done=done_hook([r.options.stop for r in reqs], groups, self.tok.decode, self.tok.eot_id),
+            done=done_hook(
+                [r.options.stop for r in reqs], groups, self.tok.decode, self.tok.eot_id, self._ends(reqs)
+            ),
             draft=draft,
             should_stop=(o.cancel.is_set if o.cancel is not None else None),
         )

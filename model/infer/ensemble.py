@@ -61,31 +61,48 @@ def outscored(
 Hook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def stop_hook(stops: list[list[str]], decode: Callable[[list[int]], str], eot_id: int) -> Hook | None:
-    """Rows whose committed answer start already holds one of their stop strings (None: no stops)."""
+Ends = Callable[[str], bool]  # whether a row's committed text already decides its answer
+
+
+def stop_hook(
+    stops: list[list[str]],
+    decode: Callable[[list[int]], str],
+    eot_id: int,
+    ends: list[Ends | None] | None = None,
+) -> Hook | None:
+    """Rows whose committed answer start already holds one of their stop strings, or that their
+    ``ends`` test says are decided (None: neither for any row)."""
     stops = [[x for x in row if x] for row in stops]
-    if not any(stops):
+    ends = ends or [None] * len(stops)
+    if not any(stops) and not any(ends):
         return None
 
     def done(canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:  # [B]
         first_open = first_true(~fixed)  # [B]
         out = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
-        for b, row in enumerate(stops):
+        for b, (row, end) in enumerate(zip(stops, ends, strict=True)):
+            if not row and end is None:
+                continue
             toks = canvas[b, : int(first_open[b])].tolist()
             if eot_id in toks:
                 continue  # the answer has ended anyway
             text = decode(toks)
-            out[b] = any(x in text for x in row)
+            out[b] = any(x in text for x in row) or (end is not None and end(text))
         return out
 
     return done
 
 
 def done_hook(
-    stops: list[list[str]], groups: list[list[int]], decode: Callable[[list[int]], str], eot_id: int
+    stops: list[list[str]],
+    groups: list[list[int]],
+    decode: Callable[[list[int]], str],
+    eot_id: int,
+    ends: list[Ends | None] | None = None,
 ) -> Hook | None:
-    """``done`` for the loop: rows that hit a stop string, then ensemble rows that cannot win."""
-    stop = stop_hook(stops, decode, eot_id)
+    """``done`` for the loop: rows that hit a stop string or are decided, then ensemble rows that
+    cannot win."""
+    stop = stop_hook(stops, decode, eot_id, ends)
     groups = [g for g in groups if len(g) > 1]
     if not groups:
         return stop

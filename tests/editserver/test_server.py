@@ -363,17 +363,30 @@ def running(url: str) -> int:
     return httpx.get(f"{url}/health").json()["running"]
 
 
+def _long_edit() -> dict:
+    """A request that decodes for seconds on the tiny model: a rewrite of a 300-line region, one
+    token per step at ``high`` (a runaway FIM answer ends as soon as the trimming cuts it)."""
+    from protocol.prompt import EditPrompt, build_prompt
+
+    region = "".join(f"value_{i} = compute({i})\n" for i in range(300))
+    prompt = build_prompt(EditPrompt("m.py", "", region, 0, ""))
+    return {"messages": [{"role": "user", "content": prompt}], "max_tokens": 1024, "reasoning_effort": "high"}
+
+
+LONG = "/v1/edit/completions"
+
+
 def test_stream_disconnect_stops_denoising(guarded):
     cancelled = 'editserver_cancelled_total{stage="running"}'
     before = metric(guarded.url, cancelled)
-    steps_before = metric(guarded.url, 'editserver_denoise_steps_total{kind="fim"}')
-    body = {"prompt": "def f(", "max_tokens": 1024, "stream": True, "diffusing": True}
+    steps_before = metric(guarded.url, 'editserver_denoise_steps_total{kind="edit"}')
+    body = {**_long_edit(), "stream": True, "diffusing": True}
     with httpx.Client(base_url=guarded.url, headers=AUTH, timeout=60) as c:
-        with c.stream("POST", "/v1/fim/completions", json=body) as r:
+        with c.stream("POST", LONG, json=body) as r:
             assert r.status_code == 200
             next(line for line in r.iter_lines() if line.startswith("data: "))  # denoising is under way
     assert wait_for(lambda: metric(guarded.url, cancelled) == before + 1), guarded.log()[-2000:]
-    steps = metric(guarded.url, 'editserver_denoise_steps_total{kind="fim"}') - steps_before
+    steps = metric(guarded.url, 'editserver_denoise_steps_total{kind="edit"}') - steps_before
     assert 0 < steps < 1024  # the loop stopped early instead of running all 1024 steps
     r = httpx.post(
         f"{guarded.url}/v1/fim/completions", json={"prompt": "x", "max_tokens": 2}, headers=AUTH, timeout=60
@@ -386,8 +399,8 @@ def test_disconnect_while_waiting_for_json(guarded):
     before = metric(guarded.url, cancelled)
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(
-            f"{guarded.url}/v1/fim/completions",
-            json={"prompt": "def f(", "max_tokens": 1024},
+            f"{guarded.url}{LONG}",
+            json=_long_edit(),
             headers=AUTH,
             timeout=httpx.Timeout(60, read=1.5),
         )
@@ -397,9 +410,7 @@ def test_disconnect_while_waiting_for_json(guarded):
 
 async def test_queue_full_is_429(guarded):
     async with httpx.AsyncClient(base_url=guarded.url, headers=AUTH, timeout=120) as c:
-        long = asyncio.create_task(
-            c.post("/v1/fim/completions", json={"prompt": "def f(", "max_tokens": 1024})
-        )
+        long = asyncio.create_task(c.post(LONG, json=_long_edit()))
         assert await asyncio.to_thread(wait_for, lambda: running(guarded.url) == 1)
         queued = asyncio.create_task(c.post("/v1/fim/completions", json={"prompt": "x", "max_tokens": 2}))
         assert await asyncio.to_thread(
@@ -417,9 +428,7 @@ async def test_disconnect_while_queued_drops_the_job(guarded):
     queued_cancel = 'editserver_cancelled_total{stage="queued"}'
     before = metric(guarded.url, queued_cancel)
     async with httpx.AsyncClient(base_url=guarded.url, headers=AUTH, timeout=120) as c:
-        long = asyncio.create_task(
-            c.post("/v1/fim/completions", json={"prompt": "def f(", "max_tokens": 1024})
-        )
+        long = asyncio.create_task(c.post(LONG, json=_long_edit()))
         assert await asyncio.to_thread(wait_for, lambda: running(guarded.url) == 1)
         with pytest.raises(httpx.ReadTimeout):  # gives up while its request waits in the queue
             await c.post(

@@ -563,3 +563,16 @@ def test_line_canvases_load_from_json_and_reject_nonsense(tiny_checkpoint, tmp_p
     assert load_checkpoint(ck).inference.line_canvases == (24, 16)
     with pytest.raises(ValueError, match="line_canvases"):
         InferenceConfig.from_dict({"line_canvases": [0]})
+
+
+def test_a_runaway_fim_answer_ends_where_the_trimming_cuts_it(shipped_checkpoint) -> None:
+    """Without a stop sequence the shipped model runs past this hole into a repeating line; the row
+    ends once the shared trimming has cut it for good, so a large max_tokens costs nothing more."""
+    from protocol.postprocess import settled, trim
+
+    eng = Engine.load(shipped_checkpoint)
+    prefix, suffix = "def add(a, b):\n    return ", "\n"
+    small = eng.complete(FimRequest(prefix, suffix, max_tokens=64))
+    big = eng.complete(FimRequest(prefix, suffix, max_tokens=1024))
+    assert big.completion_tokens == small.completion_tokens < 64 and big.text == small.text
+    assert settled(big.text, prefix, suffix) and trim(big.text, prefix, suffix).text.strip()

@@ -83,3 +83,12 @@ def test_multiline_block_stops_at_dedent_and_unknown_language_allows_colon_block
     t = trim(raw, "def f(x):", "\n", "")
     assert t.text == "\n    y = x + 1\n    return y"
     assert t.trimmed == ["dedent"]
+
+
+def test_settled_means_nothing_more_can_be_shown() -> None:
+    from protocol.postprocess import settled
+
+    assert not settled("x = 1", "def f():\n    ", "\n")  # a line still being written
+    assert settled("x = 1\ny = 2", "print(", ")\n")  # a one-line hole got a newline
+    assert settled("a\n\ndef g(", "def f():\n    return ", "\n")  # dedented out of the block
+    assert settled("w * size * size * size * size", "x = ", "\n")  # runaway repetition
