@@ -387,21 +387,40 @@ class Aligner:
     def mask_seeds(self, idx: np.ndarray) -> list[int]:
         return [self.cfg.seed * MASK_SEED_STRIDE + int(i) for i in idx]
 
+    # what a model family changes: the ELBO's inputs, their masks and which model scores them
+    def _inputs(self, idx: np.ndarray):
+        """The ELBO's inputs for examples ``idx``: a trimmed training batch here."""
+        return _trim(_batch(self.store, idx, self.cfg.device, self.tok))
+
+    def _mismatched(self, idx: np.ndarray):
+        """Prompt i with answer i + 1 (batch order), for the KL anchor."""
+        return _trim(mismatched_batch(self.store, idx, self.cfg.device, self.tok))
+
+    def _masks(self, inputs, k: int, seeds: list[int]) -> tuple:
+        return shared_masks(inputs[0], inputs[1], inputs[2], k, self.tok.mask_id, seeds)
+
+    @staticmethod
+    def _subset(inputs, rows: list[int]):
+        return tuple(x[rows] for x in inputs)
+
+    def _elbo_of(self, inputs, masks: tuple, k: int, reference: bool) -> torch.Tensor:
+        """[B] ELBO of the policy, or of the frozen reference, under ``masks``."""
+        with autocast(self.cfg.device, self.cfg.precision):
+            return elbo(self.ref if reference else self.policy, inputs, *masks, k).float()
+
     def rewards(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """(rewards [B] with grad through the policy, policy ELBO [B]) of examples ``idx``."""
         cfg = self.cfg
-        batch = _trim(_batch(self.store, idx, cfg.device, self.tok))
-        ids, ctx, lens = batch[0], batch[1], batch[2]
-        noisy, weight = shared_masks(ids, ctx, lens, cfg.k, self.tok.mask_id, self.mask_seeds(idx))
+        inputs = self._inputs(idx)
+        masks = self._masks(inputs, cfg.k, self.mask_seeds(idx))
         todo = [n for n, i in enumerate(idx) if math.isnan(float(self.ref_cache[i]))]
         if todo:  # the reference sees the same masks, once per example (module docstring)
-            sub = tuple(x[todo] for x in batch)
             rows = torch.cat([torch.arange(n * cfg.k, (n + 1) * cfg.k) for n in todo])
-            with torch.no_grad(), autocast(cfg.device, cfg.precision):
-                ref = elbo(self.ref, sub, noisy[rows], weight[rows], cfg.k).float().cpu()
+            with torch.no_grad():
+                sub = tuple(m[rows] for m in masks)
+                ref = self._elbo_of(self._subset(inputs, todo), sub, cfg.k, reference=True).cpu()
             self.ref_cache[torch.as_tensor(idx[todo])] = ref
-        with autocast(cfg.device, cfg.precision):
-            pol = elbo(self.policy, batch, noisy, weight, cfg.k).float()
+        pol = self._elbo_of(inputs, masks, cfg.k, reference=False)
         ref = self.ref_cache[torch.as_tensor(idx)].to(pol.device)
         return cfg.beta * (pol - ref), pol
 
@@ -411,12 +430,11 @@ class Aligner:
         if cfg.z0 == "mean":
             self.z0_mean = 0.9 * self.z0_mean + 0.1 * float(rewards.detach().mean())
             return max(0.0, self.z0_mean)
-        batch = _trim(mismatched_batch(self.store, idx, cfg.device, self.tok))
+        inputs = self._mismatched(idx)
         seeds = torch.randint(0, 2**62, (len(idx),), generator=self.kl_gen).tolist()
-        noisy, weight = shared_masks(batch[0], batch[1], batch[2], cfg.kl_k, self.tok.mask_id, seeds)
-        with autocast(cfg.device, cfg.precision):
-            pol = elbo(self.policy, batch, noisy, weight, cfg.kl_k).float()
-            ref = elbo(self.ref, batch, noisy, weight, cfg.kl_k).float()
+        masks = self._masks(inputs, cfg.kl_k, seeds)
+        pol = self._elbo_of(inputs, masks, cfg.kl_k, reference=False)
+        ref = self._elbo_of(inputs, masks, cfg.kl_k, reference=True)
         return max(0.0, float((cfg.beta * (pol - ref)).mean()))
 
     def lr_at(self, step: int) -> float:

@@ -36,6 +36,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -236,41 +237,26 @@ class OpenAligner(Aligner):
         (data / "info.json").write_text(json.dumps(info, indent=2) + "\n")
         return rows, np.array(labels, dtype=bool)
 
-    def _elbo(self, rows: list[OpenRow], masks: tuple, k: int) -> torch.Tensor:
-        return open_elbo(self.model, self.layout, rows, *masks, k, self.ck.inference).float()
+    def _inputs(self, idx: np.ndarray) -> list[OpenRow]:
+        return [self.rows[i] for i in idx]
 
-    def rewards(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """(rewards [B] with grad through the adapters, policy ELBO [B]) of examples ``idx``."""
-        cfg = self.cfg
-        rows = [self.rows[i] for i in idx]
-        masks = open_masks(rows, cfg.k, self.tok.mask_id, self.mask_seeds(idx))
-        todo = [n for n, i in enumerate(idx) if math.isnan(float(self.ref_cache[i]))]
-        if todo:  # the reference: the same masks, adapters off, once per example
-            sel = torch.cat([torch.arange(n * cfg.k, (n + 1) * cfg.k) for n in todo])
-            with torch.no_grad(), self.lora.disabled():
-                ref = self._elbo([rows[n] for n in todo], tuple(m[sel] for m in masks), cfg.k)
-            self.ref_cache[torch.as_tensor(idx[todo])] = ref.cpu()
-        pol = self._elbo(rows, masks, cfg.k)
-        ref = self.ref_cache[torch.as_tensor(idx)].to(pol.device)
-        return cfg.beta * (pol - ref), pol
-
-    @torch.no_grad()
-    def kl_anchor(self, idx: np.ndarray, rewards: torch.Tensor) -> float:
-        cfg = self.cfg
-        if cfg.z0 == "mean":
-            self.z0_mean = 0.9 * self.z0_mean + 0.1 * float(rewards.detach().mean())
-            return max(0.0, self.z0_mean)
-        # prompt i with answer i + 1 (batch order), fresh masks shared by both models
-        rows = [
+    def _mismatched(self, idx: np.ndarray) -> list[OpenRow]:
+        return [
             OpenRow(self.rows[i].ctx, self.rows[i].suf, self.rows[idx[(n + 1) % len(idx)]].ans)
             for n, i in enumerate(idx)
         ]
-        seeds = torch.randint(0, 2**62, (len(idx),), generator=self.kl_gen).tolist()
-        masks = open_masks(rows, cfg.kl_k, self.tok.mask_id, seeds)
-        pol = self._elbo(rows, masks, cfg.kl_k)
-        with self.lora.disabled():
-            ref = self._elbo(rows, masks, cfg.kl_k)
-        return max(0.0, float((cfg.beta * (pol - ref)).mean()))
+
+    def _masks(self, inputs: list[OpenRow], k: int, seeds: list[int]) -> tuple:
+        return open_masks(inputs, k, self.tok.mask_id, seeds)
+
+    @staticmethod
+    def _subset(inputs: list[OpenRow], rows: list[int]) -> list[OpenRow]:
+        return [inputs[n] for n in rows]
+
+    def _elbo_of(self, inputs: list[OpenRow], masks: tuple, k: int, reference: bool) -> torch.Tensor:
+        """[B] ELBO with the adapters on, or off for the reference (the same module)."""
+        with self.lora.disabled() if reference else contextlib.nullcontext():
+            return open_elbo(self.model, self.layout, inputs, *masks, k, self.ck.inference).float()
 
     def trainable_parameters(self):
         return self.lora.parameters()
