@@ -62,6 +62,7 @@ class Job:
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     submitted: float = field(default_factory=time.perf_counter)
     started: float | None = None
+    key: DecodePlan | None = None  # ``batch_key``'s answer, worked out once when submitted
 
     def batch_key(self, engine: Engine) -> DecodePlan | None:
         """Requests with equal decode plans can share one ``complete_batch`` call; None runs alone
@@ -134,6 +135,7 @@ class Scheduler:
             )
         job = Job(request=request, kind=kind)
         job.request.options.cancel = job.cancel
+        job.key = job.batch_key(self.engine)
         with self._cond:
             if self._stopping:
                 raise Cancelled("server shutting down")
@@ -153,15 +155,11 @@ class Scheduler:
             if self._stopping:
                 return None
             first = self._queue.popleft()
-            batch, key = [first], first.batch_key(self.engine)
+            batch, key = [first], first.key
             if key is not None and self.max_batch > 1:
                 keep: collections.deque[Job] = collections.deque()
                 for job in self._queue:
-                    if (
-                        len(batch) < self.max_batch
-                        and not job.cancel.is_set()
-                        and job.batch_key(self.engine) == key
-                    ):
+                    if len(batch) < self.max_batch and not job.cancel.is_set() and job.key == key:
                         batch.append(job)
                     else:
                         keep.append(job)

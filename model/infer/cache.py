@@ -207,20 +207,11 @@ def _read(model: torch.nn.Module, state: InPlaceState, h: torch.Tensor, only: sl
     return model.head(picked[want])
 
 
-@dataclass(frozen=True)
-class InPlaceNoCache:
-    """In-place infill recomputed whole at every step: the exact reference (module docstring)."""
-
-    exact: bool = True
+class _InPlace:
+    """What every in-place policy shares: the state of whole rows, cut to some of them."""
 
     def prepare(self, model: torch.nn.Module, rows: Rows) -> InPlaceState:
         return in_place(rows)
-
-    @torch.no_grad()
-    def logits(self, model, state, canvas, only, draft, want) -> torch.Tensor:
-        assert isinstance(state, InPlaceState)
-        h, _ = model.encode(state.sequence(canvas), state.valid)
-        return _read(model, state, h, only, want)
 
     def rows(self, state: object, idx: torch.Tensor) -> InPlaceState:
         assert isinstance(state, InPlaceState)
@@ -228,13 +219,23 @@ class InPlaceNoCache:
 
 
 @dataclass(frozen=True)
-class DualCache:
+class InPlaceNoCache(_InPlace):
+    """In-place infill recomputed whole at every step: the exact reference (module docstring)."""
+
+    exact: bool = True
+
+    @torch.no_grad()
+    def logits(self, model, state, canvas, only, draft, want) -> torch.Tensor:
+        assert isinstance(state, InPlaceState)
+        h, _ = model.encode(state.sequence(canvas), state.valid)
+        return _read(model, state, h, only, want)
+
+
+@dataclass(frozen=True)
+class DualCache(_InPlace):
     """Fast-dLLM's dual cache for in-place infill: prefix and suffix keys/values reused within a block."""
 
     exact: bool = False
-
-    def prepare(self, model: torch.nn.Module, rows: Rows) -> InPlaceState:
-        return in_place(rows)
 
     @torch.no_grad()
     def logits(self, model, state, canvas, only, draft, want) -> torch.Tensor:
@@ -258,7 +259,3 @@ class DualCache:
             seq.gather(1, pos), pos, exists, state.kv, state.valid & ~in_span
         )  # [B, n, dim]
         return model.head(h[:, : only.stop - only.start][want])
-
-    def rows(self, state: object, idx: torch.Tensor) -> InPlaceState:
-        assert isinstance(state, InPlaceState)
-        return state.select(idx)
