@@ -46,7 +46,7 @@ if [ -n "$NEW" ]; then
   w=$(( W / $(echo "$NEW" | wc -l) )); [ $w -ge 1 ] || w=1
   for m in $NEW; do
     python3 -m editserver.cli train --run $T/prep-$m --data $(data $m) --edits .gpu/edits --prepare-only \
-      --tokenizer model/checkpoints/default/tokenizer.json --source .gpu/extra-src --source-repeat 12 \
+      --tokenizer editserver/model/checkpoints/default/tokenizer.json --source .gpu/extra-src --source-repeat 12 \
       --workers $w --rows $ROWS --seq-len 256 --mix $m > $T/corpus-$m.out 2>&1 &
   done
   wait

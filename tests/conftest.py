@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.infer.checkpoint import DEFAULT_CHECKPOINT
+from editserver.model.infer.checkpoint import DEFAULT_CHECKPOINT
 
 SEED = 1234
 
@@ -42,10 +42,10 @@ def train_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def make_tiny_checkpoint(directory: Path) -> Path:
-    from model.infer.checkpoint import save_checkpoint
-    from model.infer.config import PRESETS, ModelConfig
-    from model.infer.tokenizer import train_tokenizer
-    from model.infer.transformer import Transformer
+    from editserver.model.infer.checkpoint import save_checkpoint
+    from editserver.model.infer.config import PRESETS, ModelConfig
+    from editserver.model.infer.tokenizer import train_tokenizer
+    from editserver.model.infer.transformer import Transformer
 
     torch.manual_seed(SEED)
     tok = train_tokenizer(CORPUS, vocab_size=400)

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import torch
 
-from model.infer.cache import ContextCache, Rows
-from model.infer.plan import DecodePlan, Sampling
-from model.infer.rules import ThresholdRule
-from model.infer.sampler import Hooks, Tokens
-from model.infer.sampler import denoise as loop
+from editserver.model.infer.cache import ContextCache, Rows
+from editserver.model.infer.plan import DecodePlan, Sampling
+from editserver.model.infer.rules import ThresholdRule
+from editserver.model.infer.sampler import Hooks, Tokens
+from editserver.model.infer.sampler import denoise as loop
 
 
 def denoise(

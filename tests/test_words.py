@@ -24,7 +24,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SUFFIXES = (".py", ".lua", ".ts", ".json", ".md", ".toml", ".sh")
-GENERATED = re.compile(r"(^|/)package-lock\.json$|^model/checkpoints/[^/]+/tokenizer\.json$")
+GENERATED = re.compile(r"(^|/)package-lock\.json$|^editserver/model/checkpoints/[^/]+/tokenizer\.json$")
 
 _WORD = "ses" + "sion"
 PATTERNS = (

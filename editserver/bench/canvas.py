@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from model.infer.engine import Engine, FimRequest, SamplingOptions
+    from editserver.model.infer.engine import Engine, FimRequest, SamplingOptions
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -35,8 +35,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from editserver.protocol.postprocess import trim
 from editserver.replay.metrics import percentile
-from protocol.postprocess import trim
 
 L2R_CE_MAX_TOKENS = 64  # canvases up to this long also get the left-to-right cross-entropy
 
@@ -169,7 +169,7 @@ def evaluate(
 ) -> dict:
     from tqdm import tqdm
 
-    from model.infer.engine import FimRequest, SamplingOptions
+    from editserver.model.infer.engine import FimRequest, SamplingOptions
 
     outs, lat, toks, steps, rows = [], [], 0, 0, 0
     pp_outs: list[str] = []
@@ -237,7 +237,7 @@ def _cross_entropy(engine, tasks: list[dict], max_tokens: int, skip: bool) -> tu
     a fully masked canvas and written left to right (Engine.middle_ce). Left to right runs one full
     row per answer token, so its cost grows with the square of the canvas: a 128-token multi-line
     canvas would take a minute a task on two cores; such suites report it as null."""
-    from model.infer.engine import FimRequest
+    from editserver.model.infer.engine import FimRequest
 
     l2r = max_tokens <= L2R_CE_MAX_TOKENS
     ce, ce_l2r = [], []
@@ -320,7 +320,7 @@ def _load(args):
     """(engine, effort, tasks), or an error message."""
     import torch
 
-    from model.infer.engine import Engine
+    from editserver.model.infer.engine import Engine
 
     if not args.suite.is_file():
         return f"suite not found: {args.suite}; {SUITE_HELP}"

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+PKG = Path(__file__).resolve().parents[1]  # the installed editserver package
 
 
 @dataclass(frozen=True)
@@ -149,11 +149,11 @@ def _kernel_rows(cfg: OpShapes, device, dtype, contexts, batches, canvas, repeat
     import torch
     import torch.nn.functional as F
 
-    from kernels.reference import attention_reference as reference
-    from model.infer import ops
+    from editserver.kernels.reference import attention_reference as reference
+    from editserver.model.infer import ops
 
     att, rms, rot, swi, conf = (
-        importlib.import_module(f"kernels.{n}") if triton_ok else None
+        importlib.import_module(f"editserver.kernels.{n}") if triton_ok else None
         for n in ("attention", "rmsnorm", "rotary", "swiglu", "token_confidence")
     )
     H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -232,9 +232,9 @@ def per_step(rows: list[dict], n_layers: int) -> list[dict]:
 # ---- end to end --------------------------------------------------------------------------------
 def _fim_requests(n: int, max_tokens: int, seed: int = 0):
     """FIM requests cut at line boundaries of this repository's own Python files (deterministic)."""
-    from model.infer.engine import FimRequest
+    from editserver.model.infer.engine import FimRequest
 
-    files = sorted(p for d in ("model", "editserver", "kernels") for p in (REPO / d).glob("*.py"))
+    files = sorted(p for d in ("model/infer", "server", "kernels") for p in (PKG / d).glob("*.py"))
     texts = [t for t in (p.read_text(encoding="utf-8") for p in files) if t.count("\n") > 40]
     rng = random.Random(seed)
     reqs = []
@@ -249,9 +249,9 @@ def _fim_requests(n: int, max_tokens: int, seed: int = 0):
 
 def _e2e_rows(model_dir, device, dtype, batches, max_tokens, repeat, backends) -> list[dict]:
 
-    from model.infer import ops
-    from model.infer.checkpoint import load_checkpoint
-    from model.infer.engine import Engine
+    from editserver.model.infer import ops
+    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.engine import Engine
 
     engine = Engine(load_checkpoint(model_dir, device=str(device), dtype=dtype), str(device))
     rows = []
@@ -308,8 +308,8 @@ def _device_dtype(args: argparse.Namespace):
 
 def _shapes(args: argparse.Namespace) -> tuple[OpShapes, str, Path, bool]:
     """(op shapes, where they come from, checkpoint dir, whether that checkpoint exists)."""
-    from model.infer.checkpoint import DEFAULT_CHECKPOINT
-    from model.infer.config import PRESETS, ModelConfig
+    from editserver.model.infer.checkpoint import DEFAULT_CHECKPOINT
+    from editserver.model.infer.config import PRESETS, ModelConfig
 
     model_dir = args.model or DEFAULT_CHECKPOINT
     have_ckpt = (Path(model_dir) / "config.json").is_file()
@@ -353,7 +353,7 @@ def _print_per_step(steps: list[dict]) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from model.infer import ops
+    from editserver.model.infer import ops
 
     if args.threads:
         torch.set_num_threads(args.threads)

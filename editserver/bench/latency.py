@@ -73,8 +73,21 @@ def _position(text: str) -> tuple[int, int]:
     return len(lines) - 1, len(lines[-1].encode("utf-16-le")) // 2
 
 
+def progress_bar(total: int, enabled: bool = True):
+    """A tqdm bar on stderr over every timed keystroke and rename (stdout keeps the report)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="latency", unit="sample", file=sys.stderr, disable=not enabled)
+
+
 async def measure(
-    url: str, samples: int, debounce_ms: int, next_edits: int, log_file: str | None, compare: bool = True
+    url: str,
+    samples: int,
+    debounce_ms: int,
+    next_edits: int,
+    log_file: str | None,
+    compare: bool = True,
+    progress: bool = False,
 ) -> dict:
     import httpx
     from lsprotocol import types
@@ -162,7 +175,9 @@ async def measure(
     last_id = None
     typed_along = False
     script = (TYPED * (samples // len(TYPED) + 1))[:samples]
+    bar = progress_bar(samples + next_edits, progress)
     for ch in script:
+        bar.update()
         ms, items = await keystroke(ch)
         sid = items[0].command.arguments[0]["id"] if items else None
         if sid is not None and sid == last_id:
@@ -192,7 +207,8 @@ async def measure(
         "direct_http_fim": stats(direct_ms),
     }
     if next_edits:
-        report["next_edit"] = await measure_next_edit(url, next_edits, compare, log_file)
+        report["next_edit"] = await measure_next_edit(url, next_edits, compare, log_file, bar)
+    bar.close()
     if report["model_answers"]["p50_ms"] and report["direct_http_fim"]["p50_ms"]:
         report["lsp_over_direct_p50_ratio"] = round(
             report["model_answers"]["p50_ms"] / report["direct_http_fim"]["p50_ms"], 2
@@ -347,7 +363,7 @@ def _plain(x: Any) -> Any:
     return x
 
 
-async def measure_next_edit(url: str, samples: int, compare: bool, log_file: str | None) -> dict:
+async def measure_next_edit(url: str, samples: int, compare: bool, log_file: str | None, bar=None) -> dict:
     paths = {"next": _Lsp(url, False, log_file)}
     if compare:
         paths["legacy"] = _Lsp(url, True, log_file)
@@ -358,6 +374,8 @@ async def measure_next_edit(url: str, samples: int, compare: bool, log_file: str
     try:
         for i in range(samples):
             old, new = names[i % 2], names[(i + 1) % 2]
+            if bar is not None:
+                bar.update()
             for key, lsp in paths.items():
                 first, all_, renamed = await lsp.rename(old, new)
                 got[key]["first"].append(first)
@@ -406,6 +424,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads of the self-started server")
     p.add_argument("--log-file", default=None, help="LSP debug log")
     p.add_argument("--json", action="store_true", help="print JSON only")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
 
 
@@ -429,6 +448,7 @@ def run(args: argparse.Namespace) -> int:
                 args.next_edits,
                 args.log_file,
                 not args.no_legacy,
+                not args.no_progress,
             )
         )
     else:
@@ -443,6 +463,7 @@ def run(args: argparse.Namespace) -> int:
                         args.next_edits,
                         args.log_file,
                         not args.no_legacy,
+                        not args.no_progress,
                     )
                 )
         except ServerStartError as e:

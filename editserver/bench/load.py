@@ -51,7 +51,7 @@ FIM_SUFFIX = "\n    return data\n"
 
 
 def edit_prompt() -> str:
-    from protocol.prompt import EditPrompt, Snippet, build_prompt, unified_diff
+    from editserver.protocol.prompt import EditPrompt, Snippet, build_prompt, unified_diff
 
     region = "def area(width, height):\n    return width * height\n\n\nprint(area(2, <|c|>3))\n"
     cursor = region.index("<|c|>")

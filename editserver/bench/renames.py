@@ -49,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def examples(edits: Path, limit: int, seed: int, max_chars: int) -> list[tuple]:
     """(prompt, answer, old name, new name) from held-out files, one per (repo, path)."""
-    from model.train.data import edit_record_files, iter_records
-    from model.train.synth import rename_example
+    from editserver.model.train.data import edit_record_files, iter_records
+    from editserver.model.train.synth import rename_example
 
     recs = list(iter_records(edit_record_files(edits, held_out=True)))
     rng = random.Random(seed)
@@ -90,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from model.infer.draft import apply_renames, history_renames
-    from model.infer.engine import EditRequest, Engine, SamplingOptions
-    from protocol.prompt import build_prompt
+    from editserver.model.infer.draft import apply_renames, history_renames
+    from editserver.model.infer.engine import EditRequest, Engine, SamplingOptions
+    from editserver.protocol.prompt import build_prompt
 
     if not args.edits.is_dir():
         print(

@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _model(shape: OpShapes, device: str, dtype):
     import torch
 
-    from model.infer.hf.families import OpenConfig
-    from model.infer.hf.model import OpenModel
+    from editserver.model.infer.hf.families import OpenConfig
+    from editserver.model.infer.hf.model import OpenModel
 
     cfg = OpenConfig(
         family="dream", vocab_size=shape.vocab_size, dim=shape.dim, n_layers=shape.n_layers,
@@ -65,10 +65,10 @@ def _decode_ms(model, batch: int, args, device: str) -> tuple[float, int]:
     """(wall ms, steps) of one decode of ``batch`` rows."""
     import torch
 
-    from model.infer.cache import DualCache, Rows
-    from model.infer.plan import DecodePlan
-    from model.infer.rules import TopKRule
-    from model.infer.sampler import Tokens, denoise
+    from editserver.model.infer.cache import DualCache, Rows
+    from editserver.model.infer.plan import DecodePlan
+    from editserver.model.infer.rules import TopKRule
+    from editserver.model.infer.sampler import Tokens, denoise
 
     V = model.cfg.vocab_size
     g = torch.Generator().manual_seed(batch)
@@ -92,7 +92,7 @@ def _decode_ms(model, batch: int, args, device: str) -> tuple[float, int]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from model.infer import ops
+    from editserver.model.infer import ops
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     dtype = getattr(torch, args.dtype or ("bfloat16" if device == "cuda" else "float32"))

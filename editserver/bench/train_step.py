@@ -71,10 +71,10 @@ def _rows(batch: int, seq_len: int, vocab: int, rounds: int, seed: int):
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from model.infer.config import PRESETS, ModelConfig
-    from model.infer.transformer import Transformer
-    from model.train.diffusion import diffusion_loss
-    from model.train.loop import autocast
+    from editserver.model.infer.config import PRESETS, ModelConfig
+    from editserver.model.infer.transformer import Transformer
+    from editserver.model.train.diffusion import diffusion_loss
+    from editserver.model.train.loop import autocast
 
     try:
         variants = _parse(args.variants, VARIANTS, "variants")

@@ -25,8 +25,8 @@ MIN_EVENTS = 50
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from editserver.model.train.kto import AlignConfig
     from editserver.options import add_arguments
-    from model.train.kto import AlignConfig
 
     p = sub.add_parser(
         "align",
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Align a checkpoint with KTO on desirable and undesirable suggestions: replay output "
         "of training repositories and/or the LSP's telemetry log; export it with re-tuned thresholds.",
     )
-    src = p.add_argument_group("examples")
+    src = p.add_argument_group("sources of training examples")
     src.add_argument(
         "--replay",
         type=Path,
@@ -107,7 +107,7 @@ def gather(args: argparse.Namespace, stats: Counter) -> list:
     """Examples of every source (errors raise ValueError / FileNotFoundError with a clear message)."""
     import random
 
-    from model.train.kto_data import TooFewEventsError, count_events, read_replay, read_telemetry
+    from editserver.model.train.kto_data import TooFewEventsError, count_events, read_replay, read_telemetry
 
     examples = []
     for f in args.replay:
@@ -133,8 +133,8 @@ def gather(args: argparse.Namespace, stats: Counter) -> list:
 
 
 def tune_files(args: argparse.Namespace) -> list[Path]:
+    from editserver.model.train.data import HELD_OUT_REPOS, edit_record_files
     from editserver.replay.sources import record_files
-    from model.train.data import HELD_OUT_REPOS, edit_record_files
 
     files = record_files(args.tune_records) if args.tune_records else []
     if args.edits is not None:
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("name at least one source of examples: --replay FILE or --telemetry FILE")
     if args.k < 1 or args.batch_size < 2 or args.beta <= 0 or args.min_events < 0:
         return _fail("--k must be >= 1, --batch-size >= 2, --beta > 0 and --min-events >= 0")
-    from model.infer.hf import is_open_dir
+    from editserver.model.infer.hf import is_open_dir
 
     open_weight = args.init is not None and is_open_dir(args.init)
     if args.lora is not None and not open_weight:
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.lora is not None and args.lora < 1:
         return _fail("--lora must be at least 1")
-    from model.train.kto_data import HeldOutError
+    from editserver.model.train.kto_data import HeldOutError
 
     stats: Counter = Counter()
     state_exists = (args.run_dir / "state.pt").exists()
@@ -205,8 +205,8 @@ def run(args: argparse.Namespace) -> int:
         return run_open(args, examples, files)
     import torch
 
+    from editserver.model.train.kto import AlignConfig, Aligner, NotNativeError
     from editserver.options import config_values
-    from model.train.kto import AlignConfig, Aligner, NotNativeError
 
     cfg = AlignConfig(**config_values(AlignConfig, args))
     try:
@@ -262,10 +262,10 @@ def run(args: argparse.Namespace) -> int:
 def run_open(args: argparse.Namespace, examples: list, files: list[Path]) -> int:
     """An open-weight directory: LoRA adapters (rank ``--lora``, default 8), merged into the export;
     the engine's default thresholds are kept (model/train/kto_open.py)."""
+    from editserver.model.infer.hf import UnsupportedModelError
+    from editserver.model.train.kto import AlignConfig
+    from editserver.model.train.kto_open import DEFAULT_LORA_R, OpenAlignConfig, OpenAligner
     from editserver.options import config_values
-    from model.infer.hf import UnsupportedModelError
-    from model.train.kto import AlignConfig
-    from model.train.kto_open import DEFAULT_LORA_R, OpenAlignConfig, OpenAligner
 
     r = args.lora if args.lora is not None else DEFAULT_LORA_R
     cfg = OpenAlignConfig(**config_values(AlignConfig, args), lora_r=r)

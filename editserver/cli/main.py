@@ -4,7 +4,7 @@ Design decisions:
 - One subcommand per module of this package (``serve``, ``train``, ``replay``,
   ``bench``, ``align``), each exposing ``register(subparsers)`` that adds its parser and sets ``func``; heavy
   imports (torch, uvicorn) happen inside ``func`` so ``editserver --help`` is instant.
-- ``editserver lsp`` replaces this process with ``python -m lsp`` (same arguments, same stdio): the
+- ``editserver lsp`` replaces this process with ``python -m editserver.lsp`` (same arguments, same stdio): the
   language server sits above the HTTP API, so the server's package never imports it.
 """
 
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lsp"]:
-        os.execv(sys.executable, [sys.executable, "-m", "lsp", *argv[1:]])
+        os.execv(sys.executable, [sys.executable, "-m", "editserver.lsp", *argv[1:]])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -60,7 +60,7 @@ def to_config(args: argparse.Namespace):
 
     cfg = from_args(ReplayConfig, args)
     if args.shared_edits is not None:
-        from model.train.data import edit_record_files
+        from editserver.model.train.data import edit_record_files
 
         if not args.shared_edits.is_dir():
             raise FileNotFoundError(f"--shared-edits: no such directory: {args.shared_edits}")
@@ -81,7 +81,7 @@ def to_config(args: argparse.Namespace):
             raise ValueError(f"--{name.replace('_', '-')} must lie in [0, 1]")
     cfg.points = dataclasses.replace(pts, region_above=min(5, pts.region_lines // 3))
     if cfg.in_process and cfg.model is None:
-        from model.infer.checkpoint import DEFAULT_CHECKPOINT
+        from editserver.model.infer.checkpoint import DEFAULT_CHECKPOINT
 
         cfg.model = str(DEFAULT_CHECKPOINT)
     return cfg

@@ -154,8 +154,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
+    from editserver.model.infer.engine import Engine
     from editserver.server.app import create_app
-    from model.infer.engine import Engine
 
     if settings.threads > 0:
         torch.set_num_threads(settings.threads)

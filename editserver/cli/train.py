@@ -123,7 +123,7 @@ class TrainOptions:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from model.train.loop import TrainConfig
+    from editserver.model.train.loop import TrainConfig
 
     p = sub.add_parser(
         "train",
@@ -174,7 +174,7 @@ def _validate(args: argparse.Namespace) -> str | None:
 def _export(args: argparse.Namespace) -> int:
     import torch
 
-    from model.infer.checkpoint import export_checkpoint
+    from editserver.model.infer.checkpoint import export_checkpoint
 
     dtype = torch.float32 if args.export_dtype == "fp32" else torch.bfloat16
     if not 0.0 <= args.average_share <= 1.0:
@@ -200,8 +200,8 @@ def corpus_rows(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from model.infer.checkpoint import DEFAULT_CHECKPOINT, check_checkpoint_dir
-    from model.infer.hf import is_open_dir
+    from editserver.model.infer.checkpoint import DEFAULT_CHECKPOINT, check_checkpoint_dir
+    from editserver.model.infer.hf import is_open_dir
 
     if args.run is None:
         args.run = DEFAULT_HOME / (f"repo-{args.repo.resolve().name}" if args.repo else "run")
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         mix = tuple(float(x) for x in args.mix.split(","))
         if len(mix) not in (3, 4) or abs(sum(mix) - 1.0) > 1e-6 or min(mix) < 0:
             return _fail(f"--mix needs three or four non-negative shares summing to 1, got {args.mix!r}")
-    from model.train.distributed import barrier, close, init_from_env
+    from editserver.model.train.distributed import barrier, close, init_from_env
 
     world = init_from_env(args.device)
     try:
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     """Build what is missing of the corpus (and the teacher rows); nonzero: stop with that status."""
-    from model.train.corpus import prepare
+    from editserver.model.train.corpus import prepare
 
     data, rows, progress = args.data, corpus_rows(args), args.progress
     if (data / "train" / "info.json").exists():
@@ -255,7 +255,7 @@ def _prepare(args: argparse.Namespace) -> int:
     elif args.repo is not None:
         from tqdm import tqdm
 
-        from model.train.gitmine import mine_repo
+        from editserver.model.train.gitmine import mine_repo
 
         try:
             mined = mine_repo(args.repo, max_commits=args.max_commits)
@@ -282,7 +282,7 @@ def _prepare(args: argparse.Namespace) -> int:
         tokenizer = args.tokenizer or (Path(args.init) / "tokenizer.json" if args.init else None)
         code_files = None
         if args.source:
-            from model.train.data import python_source_files
+            from editserver.model.train.data import python_source_files
 
             extra = python_source_files([Path(d) for d in args.source])
             if not extra:
@@ -311,7 +311,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, world) -> int:
     """Every process trains; rank 0 prints where the checkpoint is and how to serve it."""
-    from model.train.loop import TrainConfig, train
+    from editserver.model.train.loop import TrainConfig, train
 
     values = config_values(TrainConfig, args)
     distill_dir = args.run / "distill" if args.distill else None
@@ -344,10 +344,10 @@ def build_teacher_rows(args: argparse.Namespace, data: Path, out: Path) -> None:
     """The teacher's one-token-per-step answers to ``--distill`` FIM contexts of the corpus."""
     import torch
 
-    from model.infer.engine import Engine
-    from model.infer.tokenizer import Tokenizer
-    from model.train.data import RowStore
-    from model.train.distill import TEACHER_BATCH, build_distill_store
+    from editserver.model.infer.engine import Engine
+    from editserver.model.infer.tokenizer import Tokenizer
+    from editserver.model.train.data import RowStore
+    from editserver.model.train.distill import TEACHER_BATCH, build_distill_store
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -148,7 +148,7 @@ def file_digest(path: Path) -> str:
 
 def make_suggester(cfg: ReplayConfig) -> Suggester:
     if cfg.in_process or (cfg.server_url is None and cfg.model is not None):
-        from model.infer.engine import Engine
+        from editserver.model.infer.engine import Engine
 
         return EngineSuggester(
             Engine.load(cfg.model, device=cfg.device), cfg.effort, cfg.points.seed, cfg.batch_size
@@ -215,8 +215,8 @@ def tune_fim(rows: list[dict], aggregate: str | None, s: Suggester) -> dict:
 
 def write_thresholds(model_dir: str | Path, tuning: dict) -> None:
     """What this run tuned, into the checkpoint's ``config.json`` (``inference``)."""
-    from model.infer.checkpoint import update_inference_config
-    from model.infer.scoring import AGGREGATES
+    from editserver.model.infer.checkpoint import update_inference_config
+    from editserver.model.infer.scoring import AGGREGATES
 
     changes = {}
     if "chosen" in tuning:

@@ -36,8 +36,8 @@ import re
 from dataclasses import dataclass
 from itertools import combinations
 
+from editserver.model.infer.scoring import layout_only
 from editserver.replay.points import EditPoint
-from model.infer.scoring import layout_only
 
 _TOKEN = re.compile(r"[A-Za-z_$][\w$]*|\d[\w.]*|\S")
 MAX_LCS_TOKENS = 600  # longer changes are truncated before the quadratic LCS

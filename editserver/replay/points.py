@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from editserver.options import opt
-from protocol.prompt import EditPrompt, build_prompt, unified_diff
+from editserver.protocol.prompt import EditPrompt, build_prompt, unified_diff
 
 _IDENT = re.compile(r"[A-Za-z_$][\w$]*")
 _CALL = re.compile(r"([A-Za-z_$][\w$]*)\s*(?:\(|!\(|::<)")

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from editserver.protocol.postprocess import trim
 from editserver.replay.judge import _apply, judge_edit, judge_fim, overlapping
 from editserver.replay.points import EditPoint, FimPoint
 from editserver.replay.suggest import Suggester
-from protocol.postprocess import trim
 
 
 def fingerprint(settings: dict) -> str:

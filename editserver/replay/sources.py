@@ -135,7 +135,7 @@ def from_repository(
     rev: str | None,
     sample: int | None,
 ) -> tuple[list[EditPoint], list[FimPoint]]:
-    from model.train.gitmine import mine_repo
+    from editserver.model.train.gitmine import mine_repo
 
     records = mine_repo(path, max_commits=max_commits, rev=rev, sample=sample, seed=opt.seed, stats=stats)
     return _take(records, budget.max_points, budget.max_fim, opt, stats)

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from editserver.protocol.prompt import parse_edit_response
 from editserver.replay.points import EditPoint, FimPoint
-from protocol.prompt import parse_edit_response
 
 
 @dataclass
@@ -77,7 +77,7 @@ class EngineSuggester:
         self.fim_threshold = engine.inference.fim_threshold
 
     def _options(self, stop: list[str] | None = None):
-        from model.infer.engine import SamplingOptions
+        from editserver.model.infer.engine import SamplingOptions
 
         return SamplingOptions(effort=self.effort, seed=self.seed, stop=stop or [])
 
@@ -97,8 +97,8 @@ class EngineSuggester:
         return out
 
     def edit(self, points: list[EditPoint]) -> list[EditAnswer]:
-        from model.infer.engine import EditRequest
-        from model.infer.scoring import AGGREGATES, aggregate
+        from editserver.model.infer.engine import EditRequest
+        from editserver.model.infer.scoring import AGGREGATES, aggregate
 
         def convert(c, error: str | None = None, dt: float = 0.0) -> EditAnswer:
             if c is None:
@@ -111,8 +111,8 @@ class EngineSuggester:
         return self._run([EditRequest(prompt=p.prompt, options=self._options()) for p in points], convert)
 
     def fim(self, points: list[FimPoint]) -> list[FimAnswer]:
-        from model.infer.engine import FimRequest
-        from model.infer.scoring import AGGREGATES, aggregate
+        from editserver.model.infer.engine import FimRequest
+        from editserver.model.infer.scoring import AGGREGATES, aggregate
 
         def convert(c, error: str | None = None, dt: float = 0.0) -> FimAnswer:
             if c is None:

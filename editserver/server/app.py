@@ -37,6 +37,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from editserver.model.infer.engine import Engine
 from editserver.server.errors import install_error_handlers
 from editserver.server.metrics import AccessLog, Metrics
 from editserver.server.routes import router
@@ -44,7 +45,6 @@ from editserver.server.scheduler import Scheduler
 from editserver.server.schemas import Limits
 from editserver.server.settings import Settings
 from editserver.server.state import Served
-from model.infer.engine import Engine
 
 
 def _with_overrides(engine: Engine, settings: Settings) -> None:

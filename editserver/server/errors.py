@@ -19,10 +19,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from editserver.model.infer.transformer import ContextTooLongError
+from editserver.protocol.prompt import PromptError
 from editserver.server.scheduler import Cancelled, QueueFull
 from editserver.server.schemas import RequestError
-from model.infer.transformer import ContextTooLongError
-from protocol.prompt import PromptError
 
 log = logging.getLogger("editserver.server.app")
 

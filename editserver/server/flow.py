@@ -20,12 +20,12 @@ import uuid
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from editserver.protocol.prompt import PromptError
 from editserver.server import responses as out
 from editserver.server.errors import APIError, translate
 from editserver.server.scheduler import Cancelled, Job, QueueFull
 from editserver.server.schemas import EditBody, FimBody, RequestError
 from editserver.server.state import Served
-from protocol.prompt import PromptError
 
 log = logging.getLogger("editserver.server.flow")
 

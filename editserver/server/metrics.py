@@ -38,7 +38,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from model.infer.engine import Completion
+from editserver.model.infer.engine import Completion
 
 access_log = logging.getLogger("editserver.access")
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from model.infer.engine import Completion
-from protocol.postprocess import trim
+from editserver.model.infer.engine import Completion
+from editserver.protocol.postprocess import trim
 
 Kind = Literal["fim", "edit"]
 OUTCOMES = ("shown", "unchanged", "empty", "below_threshold", "truncated", "cancelled", "trimmed")
@@ -76,11 +76,12 @@ def view(kind: Kind, c: Completion) -> View:
     return edit_view(c) if kind == "edit" else fim_view(c)
 
 
-def fim_postprocessed(v: View, prompt: str, suffix: str) -> tuple[View, dict]:
+def fim_postprocessed(v: View, model_text: str, prompt: str, suffix: str) -> tuple[View, dict]:
     """The FIM view after the shared post-processing, and the ``postprocess`` part of the
-    ``editserver`` field: ``{trimmed: [rule, ...], model_text}`` (``model_text``: before trimming)."""
+    ``editserver`` field: ``{trimmed: [rule, ...], model_text}``. ``model_text`` is always the model's
+    own text before any rule, so a withheld answer reports it too (the same as ``suggestion``)."""
     if v.outcome != "shown":
-        return v, {"trimmed": [], "model_text": v.text}
+        return v, {"trimmed": [], "model_text": model_text}
     t = trim(v.text, prompt, suffix)
     info = {"trimmed": t.trimmed, "model_text": v.text}
     if not t.text:

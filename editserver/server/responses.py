@@ -14,11 +14,11 @@ import json
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from editserver.protocol.prompt import format_edit_response
 from editserver.server.outcome import View, fim_postprocessed, view
 from editserver.server.scheduler import Result
 from editserver.server.schemas import SuggestionInfo
 from editserver.server.state import Served
-from protocol.prompt import format_edit_response
 
 
 def sse(obj: dict | str) -> bytes:
@@ -104,7 +104,7 @@ def _view(s: Served, request: Request, kind: str, res: Result, body=None) -> tup
     v = view(kind, res.completion)
     trimmed = None
     if kind == "fim" and body is not None:
-        v, trimmed = fim_postprocessed(v, body.prompt, body.suffix or "")
+        v, trimmed = fim_postprocessed(v, res.completion.text, body.prompt, body.suffix or "")
     s.metrics.count_outcome(kind, v.outcome)
     _log(request, res, outcome=v.outcome)
     out = info(s, res, kind, v)

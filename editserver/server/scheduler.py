@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from editserver.model.infer.engine import Completion, EditRequest, Engine, FimRequest
+from editserver.model.infer.plan import DecodePlan
 from editserver.server.metrics import Metrics
-from model.infer.engine import Completion, EditRequest, Engine, FimRequest
-from model.infer.plan import DecodePlan
 
 log = logging.getLogger("editserver.server.scheduler")
 

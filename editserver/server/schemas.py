@@ -30,8 +30,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
-from model.infer.engine import EditRequest, FimRequest, SamplingOptions
-from protocol.prompt import parse_prompt
+from editserver.model.infer.engine import EditRequest, FimRequest, SamplingOptions
+from editserver.protocol.prompt import parse_prompt
 
 CONTEXT_WINDOW = 32768
 MIN_TEMPERATURE = 1e-3  # below this, sampling is greedy decoding in all but float overflow

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from editserver.model.infer.engine import Engine
 from editserver.server.metrics import Metrics
 from editserver.server.scheduler import Scheduler
 from editserver.server.schemas import Limits
 from editserver.server.settings import Settings
-from model.infer.engine import Engine
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pytest
 
 from editserver.bench.load import LocalServer
 from editserver.cli.main import main
-from lsp.telemetry import Telemetry
+from editserver.lsp.telemetry import Telemetry
 
 APP = """import math
 

@@ -31,6 +31,17 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
     assert not missing, "options without help text: " + ", ".join(missing)
 
 
+def test_no_help_heading_reads_as_usage_examples() -> None:
+    """A group titled "examples" reads as usage examples in --help; option groups say what they hold."""
+    titles = {
+        f"{name}: {g.title}"
+        for name, p in _parsers(build_parser())
+        for g in p._action_groups
+        if g.title and g.title.lower().startswith("example")
+    }
+    assert not titles, titles
+
+
 def test_help_says_what_the_tool_is_and_version_answers() -> None:
     r = subprocess.run([sys.executable, "-m", "editserver.cli", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "diffusion language model" in r.stdout and "lsp" in r.stdout

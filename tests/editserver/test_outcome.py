@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from editserver.model.infer.engine import Completion
 from editserver.server.outcome import fim_view, view
-from model.infer.engine import Completion
 
 
 def completion(text: str, finish: str = "stop", above: bool = True, **kw) -> Completion:

@@ -74,7 +74,7 @@ def test_cli_in_process_with_a_checkpoint(shop, tmp_path, tiny_checkpoint):
     assert "next edit: 2 requests" in r.stdout and "skipped:" in r.stdout
     doc = json.loads(out.read_text())
     check_result(doc, 2)
-    from model.infer.scoring import AGGREGATES
+    from editserver.model.infer.scoring import AGGREGATES
 
     assert all(set(row["scores"]) == set(AGGREGATES) for row in doc["suggestions"])
     assert doc["summary"]["score_aggregate"] == "mean" and doc["summary"]["threshold"] == 0.0

@@ -140,10 +140,10 @@ def small_checkpoint(tmp_path_factory) -> Path:
     """A random ``small``-preset checkpoint: it loads slowly enough (~0.5 s) to see the loading phase."""
     import torch
 
-    from model.infer.checkpoint import save_checkpoint
-    from model.infer.config import PRESETS, ModelConfig
-    from model.infer.tokenizer import train_tokenizer
-    from model.infer.transformer import Transformer
+    from editserver.model.infer.checkpoint import save_checkpoint
+    from editserver.model.infer.config import PRESETS, ModelConfig
+    from editserver.model.infer.tokenizer import train_tokenizer
+    from editserver.model.infer.transformer import Transformer
     from tests.conftest import CORPUS
 
     torch.manual_seed(0)

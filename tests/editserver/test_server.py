@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from editserver.bench.load import LocalServer
-from protocol.postprocess import trim
-from protocol.prompt import format_edit_response
+from editserver.protocol.postprocess import trim
+from editserver.protocol.prompt import format_edit_response
 
 KEY = "test-key-123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -366,7 +366,7 @@ def running(url: str) -> int:
 def _long_edit() -> dict:
     """A request that decodes for seconds on the tiny model: a rewrite of a 300-line region, one
     token per step at ``high`` (a runaway FIM answer ends as soon as the trimming cuts it)."""
-    from protocol.prompt import EditPrompt, build_prompt
+    from editserver.protocol.prompt import EditPrompt, build_prompt
 
     region = "".join(f"value_{i} = compute({i})\n" for i in range(300))
     prompt = build_prompt(EditPrompt("m.py", "", region, 0, ""))

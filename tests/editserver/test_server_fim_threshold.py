@@ -18,8 +18,8 @@ import openai
 import pytest
 
 from editserver.bench.load import LocalServer
-from model.infer.checkpoint import update_inference_config
-from protocol.postprocess import trim
+from editserver.model.infer.checkpoint import update_inference_config
+from editserver.protocol.postprocess import trim
 from tests.editserver.test_server import ZED_PROMPT, sse
 
 BODY = {"model": "mercury-coder", "prompt": "class Point:\n    def __init__(self, x, y):\n", "max_tokens": 16}
@@ -87,6 +87,8 @@ def test_below_the_threshold_is_answered_empty_with_the_model_text_aside(shown, 
         info["model_finish_reason"],
     )
     assert b["usage"] == a["usage"]
+    # withheld before the rules ran: nothing trimmed, and model_text is still the model's own text
+    assert got["postprocess"] == {"trimmed": [], "model_text": got["suggestion"]}
 
 
 @pytest.mark.parametrize("server_name", ["shown", "strict"])

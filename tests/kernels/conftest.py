@@ -33,9 +33,9 @@ if not CUDA:
 pytest.importorskip("triton")
 if not CUDA:
     for _op in ("attention", "rmsnorm", "rotary", "swiglu", "token_confidence"):
-        importlib.import_module(f"kernels.{_op}")
+        importlib.import_module(f"editserver.kernels.{_op}")
 
-from kernels import _common  # noqa: E402
+from editserver.kernels import _common  # noqa: E402
 
 TOL = {
     torch.float32: dict(atol=2e-5, rtol=2e-5),

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.attention import attention, attention_reference
+from editserver.kernels.attention import attention, attention_reference
 from tests.kernels.conftest import assert_close
 
 

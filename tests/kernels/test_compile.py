@@ -16,7 +16,7 @@ def test_kernels_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-m", "kernels.compile_check", "--arch", "90", "--quick"],
+        [sys.executable, "-m", "editserver.kernels.compile_check", "--arch", "90", "--quick"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr

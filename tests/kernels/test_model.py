@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.infer import ops
-from model.infer.config import PRESETS, ModelConfig
-from model.infer.rules import TopKRule
-from model.infer.transformer import Transformer
+from editserver.model.infer import ops
+from editserver.model.infer.config import PRESETS, ModelConfig
+from editserver.model.infer.rules import TopKRule
+from editserver.model.infer.transformer import Transformer
 from tests.helpers import denoise
 from tests.kernels.conftest import assert_close
 
@@ -83,11 +83,11 @@ def test_denoising_gives_the_same_tokens(tiny, device):
 
 
 def test_torch_forms_equal_the_kernel_references():
-    from kernels.attention import attention_reference
-    from kernels.rmsnorm import rmsnorm_reference
-    from kernels.rotary import rotary_reference
-    from kernels.swiglu import swiglu_reference
-    from kernels.token_confidence import token_confidence_reference
+    from editserver.kernels.attention import attention_reference
+    from editserver.kernels.rmsnorm import rmsnorm_reference
+    from editserver.kernels.rotary import rotary_reference
+    from editserver.kernels.swiglu import swiglu_reference
+    from editserver.kernels.token_confidence import token_confidence_reference
 
     ops.set_backend("torch")
     x, h, w = torch.randn(2, 5, 64), torch.randn(2, 5, 64), torch.rand(64)
@@ -132,15 +132,15 @@ def test_auto_on_cpu_never_imports_triton():
     code = (
         "import sys; sys.modules['triton'] = None\n"  # any `import triton` now fails
         "import torch\n"
-        "from model.infer.config import PRESETS\n"
-        "from model.infer.transformer import Transformer\n"
-        "from model.infer import ops\n"
+        "from editserver.model.infer.config import PRESETS\n"
+        "from editserver.model.infer.transformer import Transformer\n"
+        "from editserver.model.infer import ops\n"
         "m = Transformer(PRESETS['tiny']).eval()\n"
         "c = m.encode_context(torch.randint(0, 100, (2, 9)), torch.tensor([9, 4]))\n"
         "logits = m.forward_canvas(torch.randint(0, 100, (2, 4)), c)\n"
         "tok, p, _ = ops.token_confidence(logits)\n"
-        "loaded = {k for k in sys.modules if k.startswith('kernels.')}\n"
-        "assert ops.get_backend() == 'auto' and loaded == {'kernels.reference'}, loaded\n"
+        "loaded = {k for k in sys.modules if k.startswith('editserver.kernels.')}\n"
+        "assert ops.get_backend() == 'auto' and loaded == {'editserver.kernels.reference'}, loaded\n"
         "print('ok', tuple(tok.shape))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.attention import attention, attention_reference
-from kernels.rmsnorm import rmsnorm, rmsnorm_reference
-from kernels.rotary import rotary, rotary_reference
-from kernels.swiglu import swiglu, swiglu_reference
-from kernels.token_confidence import token_confidence, token_confidence_reference
+from editserver.kernels.attention import attention, attention_reference
+from editserver.kernels.rmsnorm import rmsnorm, rmsnorm_reference
+from editserver.kernels.rotary import rotary, rotary_reference
+from editserver.kernels.swiglu import swiglu, swiglu_reference
+from editserver.kernels.token_confidence import token_confidence, token_confidence_reference
 from tests.kernels.conftest import assert_close
 
 # name: (query heads, kv heads, head dim, hidden, ffn, vocabulary)

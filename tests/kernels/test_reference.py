@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from kernels import OPS, reference
+from editserver.kernels import OPS, reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("module", ["kernels.reference", "model.infer.ops", "kernels"])
+@pytest.mark.parametrize(
+    "module", ["editserver.kernels.reference", "editserver.model.infer.ops", "editserver.kernels"]
+)
 def test_import_loads_no_triton(module):
     code = (
         "import sys\n"
@@ -42,5 +44,5 @@ def test_reference_source_never_imports_triton():
 def test_kernel_modules_reexport_the_one_reference(op):
     import importlib
 
-    mod = importlib.import_module(f"kernels.{op}")
+    mod = importlib.import_module(f"editserver.kernels.{op}")
     assert getattr(mod, f"{op}_reference") is getattr(reference, f"{op}_reference")

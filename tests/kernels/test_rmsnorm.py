@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.rmsnorm import rmsnorm, rmsnorm_reference
+from editserver.kernels.rmsnorm import rmsnorm, rmsnorm_reference
 from tests.kernels.conftest import assert_close
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

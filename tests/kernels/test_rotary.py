@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.rotary import rotary, rotary_reference
+from editserver.kernels.rotary import rotary, rotary_reference
 from tests.kernels.conftest import assert_close
 
 

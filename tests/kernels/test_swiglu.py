@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.swiglu import swiglu, swiglu_reference
+from editserver.kernels.swiglu import swiglu, swiglu_reference
 from tests.kernels.conftest import assert_close
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.token_confidence import token_confidence, token_confidence_reference
+from editserver.kernels.token_confidence import token_confidence, token_confidence_reference
 from tests.kernels.conftest import assert_close
 
 

@@ -26,6 +26,8 @@ def test_bench_latency_reports_percentiles(tiny_server):
     assert ne["first_shown"]["p50_ms"] <= ne["all_shown"]["p50_ms"]
     assert ne["legacy"]["all_shown"]["n"] == 2 and ne["all_over_legacy_p50"] > 0
     assert all(0 <= r <= ne["uses"] for r in ne["renamed_per_sample"] + ne["legacy"]["renamed_per_sample"])
+    # progress goes to stderr while it runs, counting every keystroke and rename
+    assert "latency" in out.stderr and "8/8" in out.stderr
 
 
 def test_bench_latency_refuses_remote_urls():

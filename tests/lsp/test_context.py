@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp.context import (
+from editserver.lsp.context import (
     ParsedDocument,
     Region,
     candidate_regions,
@@ -13,7 +13,7 @@ from lsp.context import (
     node_name,
     snap_region,
 )
-from lsp.documents import Document
+from editserver.lsp.documents import Document
 
 # Each source: a helper definition (lines 0..3 or so), a long caller, and a second caller.
 SOURCES = {

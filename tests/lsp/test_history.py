@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from lsp.history import EditHistory, RecentlyViewed
+from editserver.lsp.history import EditHistory, RecentlyViewed
 from tests.lsp.conftest import lsp_session
 
 

@@ -8,9 +8,9 @@ contract's shapes.
 
 from __future__ import annotations
 
-from lsp.context import Region
-from lsp.documents import Document
-from lsp.nextedit import RegionResult, minimal_edits, rank
+from editserver.lsp.context import Region
+from editserver.lsp.documents import Document
+from editserver.lsp.nextedit import RegionResult, minimal_edits, rank
 from tests.lsp.conftest import lsp_session
 
 FILLER = "".join(
@@ -128,8 +128,8 @@ async def test_next_edit_errors_and_disabled(tiny_server, base_options):
 
 
 def test_region_prompt_round_trips_through_the_model_parser():
-    from lsp.nextedit import build_region_prompt
-    from protocol.prompt import Snippet, parse_prompt
+    from editserver.lsp.nextedit import build_region_prompt
+    from editserver.protocol.prompt import Snippet, parse_prompt
 
     doc = Document(URI, SRC, 3, "python")
     cursor = SRC.index("compute(items, 0.2)")
@@ -166,8 +166,8 @@ async def test_newer_next_edit_request_supersedes_older(tiny_server, base_option
 
 
 def test_vet_rejects_wiping_and_syntax_breaking_rewrites():
-    from lsp.context import ParsedDocument
-    from lsp.nextedit import vet
+    from editserver.lsp.context import ParsedDocument
+    from editserver.lsp.nextedit import vet
 
     doc = Document(URI, SRC, 1, "python")
     parsed = ParsedDocument("python", SRC)

@@ -6,7 +6,7 @@ import asyncio
 
 from lsprotocol import types
 
-from lsp.settings import Settings, parse_settings, settings_from_change
+from editserver.lsp.settings import Settings, parse_settings, settings_from_change
 from tests.lsp.conftest import lsp_session
 
 

@@ -10,10 +10,10 @@ import threading
 import pytest
 import torch
 
-from model.infer.checkpoint import load_checkpoint
-from model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions, line_likelihood
-from model.infer.transformer import ContextTooLongError, Transformer
-from protocol.prompt import EditPrompt, PromptError, build_prompt
+from editserver.model.infer.checkpoint import load_checkpoint
+from editserver.model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions, line_likelihood
+from editserver.model.infer.transformer import ContextTooLongError, Transformer
+from editserver.protocol.prompt import EditPrompt, PromptError, build_prompt
 from tests.helpers import denoise
 
 
@@ -44,8 +44,8 @@ def test_effort_changes_steps(engine: Engine) -> None:
 
 
 def test_effort_with_gamma_uses_the_joint_rule(engine: Engine) -> None:
-    from model.infer.config import EffortPreset
-    from model.infer.rules import JointRule, ThresholdRule
+    from editserver.model.infer.config import EffortPreset
+    from editserver.model.infer.rules import JointRule, ThresholdRule
 
     efforts = {**engine.inference.efforts, "low": EffortPreset(threshold=0.9, block_size=32, gamma=1e6)}
     eng = copy.copy(engine)  # the module's engine keeps its own presets
@@ -63,7 +63,7 @@ def test_effort_with_gamma_uses_the_joint_rule(engine: Engine) -> None:
 def test_fim_block_size_applies_to_fim_requests_only(engine: Engine) -> None:
     """An effort's ``fim_block_size`` is FIM's block; next edits keep ``block_size``; a request's
     own block size overrides both."""
-    from model.infer.config import EffortPreset, InferenceConfig
+    from editserver.model.infer.config import EffortPreset, InferenceConfig
 
     low = EffortPreset(threshold=0.9, block_size=32, gamma=0.1, fim_block_size=8)
     eng = copy.copy(engine)
@@ -92,7 +92,7 @@ def test_fim_block_size_applies_to_fim_requests_only(engine: Engine) -> None:
 def test_line_steps_budget_single_line_fim_requests_only(engine: Engine) -> None:
     """An effort's ``line_steps`` caps each block of a single-line FIM request (stops hold a
     newline); a multi-line request, a request's own 0 and the one-token baseline keep no budget."""
-    from model.infer.config import EffortPreset, InferenceConfig
+    from editserver.model.infer.config import EffortPreset, InferenceConfig
 
     slow = EffortPreset(threshold=1.01, block_size=32, line_steps=2)  # one token a step, 2 steps
     eng = copy.copy(engine)
@@ -125,7 +125,7 @@ def test_line_steps_budget_single_line_fim_requests_only(engine: Engine) -> None
 
 
 def test_next_edits_default_to_the_edit_effort(engine: Engine) -> None:
-    from model.infer.config import EffortPreset, InferenceConfig
+    from editserver.model.infer.config import EffortPreset, InferenceConfig
 
     eng = copy.copy(engine)
     efforts = {**engine.inference.efforts, "instant": EffortPreset(threshold=0.0, block_size=4096)}
@@ -143,7 +143,7 @@ def test_next_edits_default_to_the_edit_effort(engine: Engine) -> None:
 
 
 def test_a_stability_threshold_needs_the_joint_rule_and_a_probability() -> None:
-    from model.infer.config import InferenceConfig
+    from editserver.model.infer.config import InferenceConfig
 
     low = {"threshold": 0.9, "block_size": 32, "gamma": 0.15, "stable": 0.3}
     cfg = InferenceConfig.from_dict({"efforts": {"low": low}, "default_effort": "low"})
@@ -155,8 +155,8 @@ def test_a_stability_threshold_needs_the_joint_rule_and_a_probability() -> None:
 
 
 def test_one_copy_is_for_fim_and_needs_the_joint_rule(engine: Engine) -> None:
-    from model.infer.config import EffortPreset, InferenceConfig
-    from model.infer.rules import JointRule
+    from editserver.model.infer.config import EffortPreset, InferenceConfig
+    from editserver.model.infer.rules import JointRule
 
     low = EffortPreset(threshold=0.9, block_size=32, gamma=0.1, one_copy=True)
     eng = copy.copy(engine)
@@ -354,7 +354,7 @@ def test_single_line_request_also_tries_shorter_canvases(shipped_checkpoint) -> 
 def test_score_counts_the_decision_to_stop() -> None:
     import torch
 
-    from model.infer.sampler import SampleResult
+    from editserver.model.infer.sampler import SampleResult
 
     res = SampleResult(
         tokens=torch.tensor([[0, 0, 0]]),
@@ -395,7 +395,7 @@ def test_stop_ends_decoding_early_with_the_same_text(engine: Engine) -> None:
 
 
 def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
-    from protocol.prompt import fim_window
+    from editserver.protocol.prompt import fim_window
 
     assert fim_window(500, 500, 100) == (75, 25)  # long prefix: the suffix keeps a quarter
     assert fim_window(50, 500, 100) == (50, 50)  # short prefix: the suffix takes the rest
@@ -416,7 +416,7 @@ def test_fim_window_keeps_the_nearest_context(tiny_checkpoint) -> None:
 
 
 def test_edit_prompts_are_cut_to_the_training_window(tiny_checkpoint) -> None:
-    from protocol.prompt import EditPrompt, build_prompt, unified_diff
+    from editserver.protocol.prompt import EditPrompt, build_prompt, unified_diff
 
     eng = Engine.load(tiny_checkpoint)
     above = "".join(f"a{i} = {i}\n" for i in range(300))
@@ -434,9 +434,9 @@ def test_edit_prompts_are_cut_to_the_training_window(tiny_checkpoint) -> None:
 
 
 def test_edit_canvas_at_region_matches_the_uncached_model(tiny_checkpoint) -> None:
-    from model.infer.cache import NoCache
-    from model.infer.rules import TopKRule
-    from protocol.prompt import EDIT_OPEN, EditPrompt, build_prompt, edit_canvas_pos
+    from editserver.model.infer.cache import NoCache
+    from editserver.model.infer.rules import TopKRule
+    from editserver.protocol.prompt import EDIT_OPEN, EditPrompt, build_prompt, edit_canvas_pos
 
     eng = Engine.load(tiny_checkpoint)
     eng.inference.edit_canvas_at_region = True
@@ -458,9 +458,9 @@ def test_edit_canvas_at_region_matches_the_uncached_model(tiny_checkpoint) -> No
 def test_a_draft_model_gets_the_region_as_its_edit_canvas_draft(tiny_checkpoint) -> None:
     """The engine hands a ``canvas_draft`` model the region's tokens (prompt.edit_draft): with a
     large copy bonus, a tiny random model's rewrite is the draft; FIM requests get no draft."""
-    from model.infer.config import ModelConfig
-    from model.infer.transformer import Transformer
-    from protocol.prompt import EditPrompt, build_prompt
+    from editserver.model.infer.config import ModelConfig
+    from editserver.model.infer.transformer import Transformer
+    from editserver.protocol.prompt import EditPrompt, build_prompt
 
     eng = Engine.load(tiny_checkpoint)
     base = eng.model
@@ -489,7 +489,7 @@ def with_inference(tiny_checkpoint, tmp_path, **changes) -> Engine:
     """An engine on a copy of the tiny checkpoint whose config.json carries ``changes``."""
     import shutil
 
-    from model.infer.checkpoint import update_inference_config
+    from editserver.model.infer.checkpoint import update_inference_config
 
     ck = tmp_path / "ck"
     shutil.copytree(tiny_checkpoint, ck, dirs_exist_ok=True)
@@ -502,7 +502,7 @@ def test_fim_threshold_decides_above_threshold_and_leaves_edits_alone(tiny_check
     assert base.inference.fim_threshold == 0.0
     c = base.complete(FimRequest(*FIM_REQ, max_tokens=16))
     assert c.text.strip() and c.score < 1.0 and c.above_threshold
-    from model.infer.scoring import aggregate
+    from editserver.model.infer.scoring import aggregate
 
     assert aggregate(c.scored_confidences, base.inference.score_aggregate) == c.score
     edit = base.complete(EditRequest(EDIT_PROMPT))
@@ -533,8 +533,8 @@ def test_old_config_without_fim_threshold_loads_with_zero(tiny_checkpoint, tmp_p
     import json
     import shutil
 
-    from model.infer.checkpoint import load_checkpoint
-    from model.infer.config import InferenceConfig
+    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.config import InferenceConfig
 
     assert InferenceConfig.from_dict({}).fim_threshold == 0.0
     assert InferenceConfig.from_dict({"fim_threshold": 0.4}).fim_threshold == 0.4
@@ -551,8 +551,8 @@ def test_line_canvases_load_from_json_and_reject_nonsense(tiny_checkpoint, tmp_p
     import json
     import shutil
 
-    from model.infer.checkpoint import load_checkpoint
-    from model.infer.config import InferenceConfig
+    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.config import InferenceConfig
 
     assert InferenceConfig.from_dict({}).line_canvases == ()
     ck = tmp_path / "ck"
@@ -568,7 +568,7 @@ def test_line_canvases_load_from_json_and_reject_nonsense(tiny_checkpoint, tmp_p
 def test_a_runaway_fim_answer_ends_where_the_trimming_cuts_it(shipped_checkpoint) -> None:
     """Without a stop sequence the shipped model runs past this hole into a repeating line; the row
     ends once the shared trimming has cut it for good, so a large max_tokens costs nothing more."""
-    from protocol.postprocess import settled, trim
+    from editserver.protocol.postprocess import settled, trim
 
     eng = Engine.load(shipped_checkpoint)
     prefix, suffix = "def add(a, b):\n    return ", "\n"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from model.infer.checkpoint import load_checkpoint, save_checkpoint
-from model.infer.config import ModelConfig
-from model.infer.transformer import Transformer
+from editserver.model.infer.checkpoint import load_checkpoint, save_checkpoint
+from editserver.model.infer.config import ModelConfig
+from editserver.model.infer.transformer import Transformer
 from tests.conftest import train_cli
 
 

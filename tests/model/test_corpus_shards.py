@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from model.infer.tokenizer import train_tokenizer
-from model.train.corpus import prepare
-from model.train.data import SHARD_SEED_STRIDE, Row, RowStore, build_rows
+from editserver.model.infer.tokenizer import train_tokenizer
+from editserver.model.train.corpus import prepare
+from editserver.model.train.data import SHARD_SEED_STRIDE, Row, RowStore, build_rows
 from tests.conftest import CORPUS
 
 

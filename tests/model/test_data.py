@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from model.infer.tokenizer import train_tokenizer
-from model.train.data import RowBuilder, apply_hunks
-from protocol.prompt import parse_prompt
+from editserver.model.infer.tokenizer import train_tokenizer
+from editserver.model.train.data import RowBuilder, apply_hunks
+from editserver.protocol.prompt import parse_prompt
 from tests.conftest import CORPUS
 
 SRC = "".join(f"def f{i}(x):\n    y = x + {i}\n    return y\n\n" for i in range(30))

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.infer.engine import Engine, FimRequest, SamplingOptions
-from model.train.data import Row, RowBuilder, RowStore
-from model.train.diffusion import diffusion_loss, mask_batch
-from model.train.distill import TEACHER_CANVASES, build_distill_store, fim_texts
-from model.train.loop import TrainConfig, _batch, _mixed_batch, train
+from editserver.model.infer.engine import Engine, FimRequest, SamplingOptions
+from editserver.model.train.data import Row, RowBuilder, RowStore
+from editserver.model.train.diffusion import diffusion_loss, mask_batch
+from editserver.model.train.distill import TEACHER_CANVASES, build_distill_store, fim_texts
+from editserver.model.train.loop import TrainConfig, _batch, _mixed_batch, train
 from tests.conftest import CORPUS, train_cli
 
 
@@ -86,8 +86,8 @@ def _tiny_run(tmp_path, tok, distill_rows: list, share: float) -> TrainConfig:
 
 @pytest.mark.parametrize("decision_t_min", [None, 0.3])  # MDLM or decision-weighted teacher rows
 def test_training_learns_the_teacher_rows(tmp_path, decision_t_min: float | None) -> None:
-    from model.infer.checkpoint import load_checkpoint
-    from model.infer.tokenizer import train_tokenizer
+    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.tokenizer import train_tokenizer
 
     tok = train_tokenizer(CORPUS, vocab_size=400)
     ctx = [tok.fim_prefix_id, *tok.encode("x = "), tok.fim_suffix_id, tok.fim_middle_id]
@@ -102,8 +102,8 @@ def test_training_learns_the_teacher_rows(tmp_path, decision_t_min: float | None
             loss, _ = diffusion_loss(model, ids, c, lens, tok.mask_id, torch.Generator().manual_seed(0), pos)
         return float(loss)
 
-    from model.infer.config import PRESETS, ModelConfig
-    from model.infer.transformer import Transformer
+    from editserver.model.infer.config import PRESETS, ModelConfig
+    from editserver.model.infer.transformer import Transformer
 
     torch.manual_seed(0)
     before = loss_of(
@@ -114,7 +114,7 @@ def test_training_learns_the_teacher_rows(tmp_path, decision_t_min: float | None
 
 
 def test_mixed_batches_take_their_share_from_each_store(tmp_path) -> None:
-    from model.infer.tokenizer import train_tokenizer
+    from editserver.model.infer.tokenizer import train_tokenizer
 
     tok = train_tokenizer(CORPUS, vocab_size=400)
     ctx = [tok.fim_prefix_id, tok.fim_suffix_id, tok.fim_middle_id]
@@ -127,7 +127,7 @@ def test_mixed_batches_take_their_share_from_each_store(tmp_path) -> None:
 
 
 def test_distill_rows_of_another_length_are_an_error(tmp_path) -> None:
-    from model.infer.tokenizer import train_tokenizer
+    from editserver.model.infer.tokenizer import train_tokenizer
 
     tok = train_tokenizer(CORPUS, vocab_size=400)
     cfg = _tiny_run(tmp_path, tok, [Row([1, 2, 3], 1)], share=0.5)
@@ -143,8 +143,8 @@ def test_train_cli_rejects_bad_distill_options(tmp_path, bad: list[str]) -> None
 
 
 def test_certainty_term_is_the_entropy_of_right_predictions_on_teacher_rows() -> None:
-    from model.infer.config import PRESETS, ModelConfig
-    from model.infer.transformer import Transformer
+    from editserver.model.infer.config import PRESETS, ModelConfig
+    from editserver.model.infer.transformer import Transformer
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 50}))
@@ -197,8 +197,8 @@ def test_decision_rows_score_each_masked_answer_token_and_the_first_end_of_text(
 
 
 def test_decision_loss_is_the_mean_of_each_teacher_rows_mean_decision_ce() -> None:
-    from model.infer.config import PRESETS, ModelConfig
-    from model.infer.transformer import Transformer
+    from editserver.model.infer.config import PRESETS, ModelConfig
+    from editserver.model.infer.transformer import Transformer
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig.from_dict({**PRESETS["tiny"].to_dict(), "vocab_size": 50}))

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.infer.checkpoint import load_checkpoint
-from model.infer.tokenizer import train_tokenizer
-from model.train.data import RowBuilder, RowStore
+from editserver.model.infer.checkpoint import load_checkpoint
+from editserver.model.infer.tokenizer import train_tokenizer
+from editserver.model.train.data import RowBuilder, RowStore
 from tests.conftest import CORPUS
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")

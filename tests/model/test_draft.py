@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from model.infer.draft import align_draft, apply_renames, draft_region, history_renames
-from protocol.prompt import EditPrompt, build_prompt, unified_diff
+from editserver.model.infer.draft import align_draft, apply_renames, draft_region, history_renames
+from editserver.protocol.prompt import EditPrompt, build_prompt, unified_diff
 
 EOT = 0
 
@@ -38,7 +38,7 @@ def test_history_renames_are_identifier_substitutions_only() -> None:
 
 
 def test_draft_region_reads_region_and_history_back_from_the_context(tiny_checkpoint) -> None:
-    from model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.checkpoint import load_checkpoint
 
     tok = load_checkpoint(tiny_checkpoint).tokenizer
     hist = unified_diff("m.py", "def area(width, h):\n", "def area(size, h):\n")

@@ -1,4 +1,4 @@
-"""model.train.gitmine: a real git repository (built with gitpython in a temp dir) mined into records."""
+"""editserver.model.train.gitmine: a real git repository (built with gitpython in a temp dir) mined into records."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 git = pytest.importorskip("git")
 
-from model.train.data import apply_hunks  # noqa: E402
-from model.train.gitmine import mine_repo  # noqa: E402
+from editserver.model.train.data import apply_hunks  # noqa: E402
+from editserver.model.train.gitmine import mine_repo  # noqa: E402
 
 ME = git.Actor("Dev", "dev@example.com")
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "edits"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.infer.cache import DualCache, InPlaceNoCache
-from model.infer.checkpoint import load_checkpoint
-from model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions
+from editserver.model.infer.cache import DualCache, InPlaceNoCache
+from editserver.model.infer.checkpoint import load_checkpoint
+from editserver.model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions
 from tests.hf_models import make_dream, make_llada
 
 PREFIX, SUFFIX = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"

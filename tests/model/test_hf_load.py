@@ -18,13 +18,13 @@ import sys
 
 import pytest
 
-from model.infer.hf.loader import weight_bytes
+from editserver.model.infer.hf.loader import weight_bytes
 from tests.hf_models import make_dream
 from tests.lsp.conftest import REPO, quiet_env
 
 PROBE = """
 import json, resource, sys, torch
-from model.infer.checkpoint import load_checkpoint
+from editserver.model.infer.checkpoint import load_checkpoint
 torch.set_num_threads(1)
 
 def status(key):

@@ -12,8 +12,8 @@ import shutil
 import pytest
 import torch
 
-from model.infer.checkpoint import load_checkpoint, serving_dtype
-from model.infer.hf import UnsupportedModelError
+from editserver.model.infer.checkpoint import load_checkpoint, serving_dtype
+from editserver.model.infer.hf import UnsupportedModelError
 from tests.hf_models import full_attention_logits, make_dream, make_llada
 
 
@@ -64,7 +64,7 @@ def test_families_shift_as_published(dirs):
 
 def test_shifted_reading_takes_the_previous_position(dirs):
     """The policy reads canvas position j from hidden state j - 1 for a shifted family."""
-    from model.infer.cache import InPlaceNoCache, Rows
+    from editserver.model.infer.cache import InPlaceNoCache, Rows
 
     for name, shift in (("dream", 1), ("llada", 0)):
         ck = load_checkpoint(dirs[name][0])

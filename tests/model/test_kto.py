@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.train.kto import (
+from editserver.model.train.kto import (
     AlignConfig,
     Aligner,
     _batch,
@@ -19,8 +19,8 @@ from model.train.kto import (
     kto_loss,
     shared_masks,
 )
-from model.train.kto_data import Example, HeldOutError, read_replay, read_telemetry
-from protocol.prompt import EditPrompt, build_prompt
+from editserver.model.train.kto_data import Example, HeldOutError, read_replay, read_telemetry
+from editserver.protocol.prompt import EditPrompt, build_prompt
 
 REGION = "def area(w, h):\n    return w * h\n"
 PROMPT = build_prompt(EditPrompt("geo.py", "import math\n\n", REGION, 4, "\nprint(area(2, 3))\n", [], ""))
@@ -173,7 +173,7 @@ def test_replay_rows_become_examples_and_held_out_rows_are_refused(tmp_path):
 
 
 def test_telemetry_events_become_examples(tmp_path):
-    from lsp.telemetry import Telemetry
+    from editserver.lsp.telemetry import Telemetry
 
     path = tmp_path / "t.sqlite3"
     t = Telemetry(str(path))
@@ -202,7 +202,7 @@ def test_telemetry_events_become_examples(tmp_path):
 def test_an_example_gets_the_same_masks_in_any_batch() -> None:
     """The cached reference ELBO was computed on an example's masks: they must not depend on how wide
     the batch it lands in is (a longer neighbour pads it)."""
-    from model.train.kto import shared_masks
+    from editserver.model.train.kto import shared_masks
 
     row = torch.arange(2, 22)  # 20 tokens: 8 of context, 12 of answer
     short = row[None, :]  # [1, 20]

@@ -15,13 +15,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from model.infer.checkpoint import load_checkpoint
-from model.infer.engine import Engine, FimRequest
-from model.infer.layout import layout_for
-from model.train.kto_data import Example
-from model.train.kto_open import OpenAlignConfig, OpenAligner, open_elbo, open_masks, open_row
-from model.train.lora import LoRA
-from protocol.prompt import EditPrompt, build_prompt
+from editserver.model.infer.checkpoint import load_checkpoint
+from editserver.model.infer.engine import Engine, FimRequest
+from editserver.model.infer.layout import layout_for
+from editserver.model.train.kto_data import Example
+from editserver.model.train.kto_open import OpenAlignConfig, OpenAligner, open_elbo, open_masks, open_row
+from editserver.model.train.lora import LoRA
+from editserver.protocol.prompt import EditPrompt, build_prompt
 from tests.hf_models import make_dream, make_llada
 
 REGION = "def area(w, h):\n    return w * h\n"

@@ -8,12 +8,12 @@ import random
 import pytest
 import torch
 
-from model.infer.config import PRESETS, ModelConfig
-from model.infer.tokenizer import train_tokenizer
-from model.infer.transformer import Transformer
-from model.train.data import RowBuilder, RowStore
-from model.train.loop import TrainConfig, _lr, train
-from model.train.optim import Optimizer
+from editserver.model.infer.config import PRESETS, ModelConfig
+from editserver.model.infer.tokenizer import train_tokenizer
+from editserver.model.infer.transformer import Transformer
+from editserver.model.train.data import RowBuilder, RowStore
+from editserver.model.train.loop import TrainConfig, _lr, train
+from editserver.model.train.optim import Optimizer
 from tests.conftest import CORPUS
 from tests.model.test_training import diffusion_losses
 

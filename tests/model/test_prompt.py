@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.prompt import EditPrompt, PromptError, Snippet, build_prompt, parse_prompt, unified_diff
+from editserver.protocol.prompt import (
+    EditPrompt,
+    PromptError,
+    Snippet,
+    build_prompt,
+    parse_prompt,
+    unified_diff,
+)
 
 P = EditPrompt(
     file_path="src/app.py",
@@ -68,14 +75,21 @@ def test_malformed_prompts_name_the_problem(text: str, needle: str) -> None:
 
 @pytest.mark.parametrize("region", ["def f():\n    return 1\n", "", "x = 1\n\n"])
 def test_edit_response_round_trip(region: str) -> None:
-    from protocol.prompt import format_edit_response, parse_edit_response
+    from editserver.protocol.prompt import format_edit_response, parse_edit_response
 
     assert parse_edit_response(format_edit_response(region)) == region
     assert parse_edit_response("no fence here") is None
 
 
 def test_fit_prompt_cuts_outer_context_first_and_keeps_the_region() -> None:
-    from protocol.prompt import EditPrompt, Snippet, build_prompt, fit_prompt, split_history, unified_diff
+    from editserver.protocol.prompt import (
+        EditPrompt,
+        Snippet,
+        build_prompt,
+        fit_prompt,
+        split_history,
+        unified_diff,
+    )
 
     above = "".join(f"a{i} = {i}\n" for i in range(100))
     below = "".join(f"b{i} = {i}\n" for i in range(100))
@@ -99,7 +113,7 @@ def test_fit_prompt_cuts_outer_context_first_and_keeps_the_region() -> None:
 
 
 def test_edit_canvas_pos_lines_up_with_the_region() -> None:
-    from protocol.prompt import edit_canvas_pos
+    from editserver.protocol.prompt import edit_canvas_pos
 
     rewrite, region_open = 7, 3
     assert edit_canvas_pos([1, 2, 3, 9, 9, 4, 7], rewrite, region_open) == 3, "first token after the tag"
@@ -109,8 +123,8 @@ def test_edit_canvas_pos_lines_up_with_the_region() -> None:
 
 
 def test_fit_prompt_with_a_token_bound_keeps_the_same_cut() -> None:
-    from model.infer.tokenizer import Tokenizer, train_tokenizer
-    from protocol.prompt import EditPrompt, fit_prompt, unified_diff
+    from editserver.model.infer.tokenizer import Tokenizer, train_tokenizer
+    from editserver.protocol.prompt import EditPrompt, fit_prompt, unified_diff
     from tests.conftest import CORPUS
 
     tok = train_tokenizer(CORPUS, vocab_size=400)

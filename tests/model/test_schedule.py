@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.infer.tokenizer import train_tokenizer
-from model.train.data import RowBuilder, RowStore
-from model.train.loop import TrainConfig, _lr, train
+from editserver.model.infer.tokenizer import train_tokenizer
+from editserver.model.train.data import RowBuilder, RowStore
+from editserver.model.train.loop import TrainConfig, _lr, train
 from tests.conftest import CORPUS
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from model.infer.scoring import aggregate, layout_only
+from editserver.model.infer.scoring import aggregate, layout_only
 
 REGION = "def f(a, b):\n    x = foo(a,\n            b)\n    return x\n"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 import re
 
-from model.infer.tokenizer import train_tokenizer
-from model.train.data import RowBuilder
-from model.train.synth import code_mask, new_name, rename_example
-from protocol.prompt import parse_prompt
+from editserver.model.infer.tokenizer import train_tokenizer
+from editserver.model.train.data import RowBuilder
+from editserver.model.train.synth import code_mask, new_name, rename_example
+from editserver.protocol.prompt import parse_prompt
 from tests.conftest import CORPUS
 
 SRC = '''import os

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.infer.checkpoint import DEFAULT_CHECKPOINT
-from model.infer.tokenizer import EDIT_TAGS, SPECIAL_TOKENS, Tokenizer, train_tokenizer
+from editserver.model.infer.checkpoint import DEFAULT_CHECKPOINT
+from editserver.model.infer.tokenizer import EDIT_TAGS, SPECIAL_TOKENS, Tokenizer, train_tokenizer
 from tests.conftest import CORPUS
 
 

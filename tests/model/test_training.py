@@ -9,14 +9,14 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from model.infer.checkpoint import load_checkpoint, save_checkpoint
-from model.infer.config import PRESETS, InferenceConfig, ModelConfig
-from model.infer.tokenizer import train_tokenizer
-from model.infer.transformer import Transformer
-from model.train.data import RowBuilder, RowStore
-from model.train.diffusion import diffusion_loss, mask_batch
-from model.train.loop import TrainConfig, train
-from model.train.optim import Optimizer
+from editserver.model.infer.checkpoint import load_checkpoint, save_checkpoint
+from editserver.model.infer.config import PRESETS, InferenceConfig, ModelConfig
+from editserver.model.infer.tokenizer import train_tokenizer
+from editserver.model.infer.transformer import Transformer
+from editserver.model.train.data import RowBuilder, RowStore
+from editserver.model.train.diffusion import diffusion_loss, mask_batch
+from editserver.model.train.loop import TrainConfig, train
+from editserver.model.train.optim import Optimizer
 from tests.conftest import CORPUS, train_cli
 
 
@@ -176,7 +176,7 @@ def test_fine_tune_on_a_git_repository(tiny_checkpoint, tmp_path) -> None:
 
 def test_precision_auto_follows_the_hardware(monkeypatch) -> None:
     """bf16 autocast only where bf16 is computed natively; explicit choices are honoured."""
-    import model.train.loop as mt
+    import editserver.model.train.loop as mt
 
     monkeypatch.setattr(mt, "bf16_supported", lambda device: False)
     assert not mt.autocast("cpu", "auto")._enabled
@@ -195,7 +195,7 @@ def test_train_cli_rejects_a_bad_mix(tmp_path) -> None:
 
 def test_train_cli_source_needs_python_files(tmp_path) -> None:
     """``--source DIR`` adds DIR's Python files to the corpus; a DIR without any is an error."""
-    from model.train.data import python_source_files
+    from editserver.model.train.data import python_source_files
 
     (tmp_path / "src" / "pkg").mkdir(parents=True)
     (tmp_path / "src" / "pkg" / "algo.py").write_text("def f(x):\n    return x\n")
@@ -284,9 +284,9 @@ def test_fine_tune_data_keeps_a_tiny_history_whose_commits_all_hash_to_validatio
     A commit's sha depends on its time, so the git test above hits this one run in a hundred."""
     import git
 
-    from model.train.corpus import prepare
-    from model.train.data import RowStore
-    from model.train.gitmine import mine_repo
+    from editserver.model.train.corpus import prepare
+    from editserver.model.train.data import RowStore
+    from editserver.model.train.gitmine import mine_repo
 
     repo = git.Repo.init(tmp_path / "proj")
     src = tmp_path / "proj" / "calc.py"

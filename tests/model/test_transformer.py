@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.infer.config import PRESETS, ModelConfig
-from model.infer.transformer import ContextTooLongError, Transformer
+from editserver.model.infer.config import PRESETS, ModelConfig
+from editserver.model.infer.transformer import ContextTooLongError, Transformer
 
 
 @pytest.fixture(scope="module")

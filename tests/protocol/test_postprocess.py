@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.postprocess import balance_closers, cut_runaway, trim
+from editserver.protocol.postprocess import balance_closers, cut_runaway, trim
 
 
 def test_same_line_hole_ends_at_the_end_of_the_line():
@@ -86,7 +86,7 @@ def test_multiline_block_stops_at_dedent_and_unknown_language_allows_colon_block
 
 
 def test_settled_means_nothing_more_can_be_shown() -> None:
-    from protocol.postprocess import settled
+    from editserver.protocol.postprocess import settled
 
     assert not settled("x = 1", "def f():\n    ", "\n")  # a line still being written
     assert settled("x = 1\ny = 2", "print(", ")\n")  # a one-line hole got a newline

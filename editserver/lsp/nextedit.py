@@ -1,0 +1,446 @@
+"""Next-edit suggestions: prompts from history and syntax, minimal edits, multi-location ranking.
+
+Design decisions:
+- When to ask: an automatic request (``trigger: "auto"``, what clients send after an edit) asks the
+  model only when the edits since the document's previous request could propagate: an identifier
+  or a literal substituted, or a definition header edited (``gate``); otherwise it answers at once
+  with ``skipped``. An explicit request always asks.
+- Which regions, best first: the uses of the renamed name (tree-sitter identifier nodes, never
+  strings or comments), nearest the edit first, each a few lines; then call sites of an edited
+  definition; then, unless the edit was a plain rename, the cursor's own 10-25 line region. Small
+  use regions with a short context (``candidate_context_lines``) decode as one batch on the server
+  (its scheduler batches equal decode plans), so the first one comes back quickly.
+- Streaming: the best region's request goes first, alone (a 20 ms head start, so the server's
+  worker decodes it as a batch of one); the others follow together and share the next batch.
+  Each answer is vetted as it arrives and, when kept,
+  handed to the caller (the server sends it as ``editserver/nextEditPartial``); the final reply
+  holds all kept edits, best score first. ``next_edit_legacy`` restores the earlier plan (cursor
+  region plus the nearest uses, everything then one reply) for the benchmark's comparison.
+- Each prompt is Inception's layout (``protocol.prompt.build_prompt``): recently viewed snippets
+  (including definitions from other open files), the current file clipped to ``context_lines`` around
+  the region, the region with ``<|cursor|>`` (at the cursor, or at the occurrence for candidates) and
+  the coalesced edit history as unified diffs.
+- A rewritten region becomes minimal range edits: a line diff (difflib) first, then each changed
+  block trimmed to the characters that really differ, so clients show small, precise edits and an
+  unchanged line is never touched.
+- Selectivity: answers the server marks below its threshold, unchanged regions, rewrites that wipe
+  the region and rewrites that turn a file that parsed into one with syntax errors (one full parse
+  per answered region, never per keystroke) are dropped; the rest are ranked by score, best first. The reply's
+  ``score`` is the best kept region's score (0 when nothing is kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from editserver.lsp.client import READY, ModelClient
+from editserver.lsp.context import (
+    ParsedDocument,
+    Region,
+    candidate_regions,
+    definitions_for,
+    node_name,
+    snap_region,
+)
+from editserver.lsp.documents import Document
+from editserver.lsp.history import propagation
+from editserver.protocol.prompt import CURSOR, EditPrompt, Snippet, build_prompt
+
+if TYPE_CHECKING:
+    from editserver.lsp.server import EditLanguageServer
+
+FIRST_ALONE_S = 0.02  # head start of the best region's request (see ask_streaming)
+
+
+@dataclass
+class RangeEdit:
+    start: int  # code point offsets in the document
+    end: int
+    new_text: str
+
+
+@dataclass
+class RegionResult:
+    region: Region
+    prompt: str
+    original: str
+    rewritten: str | None
+    score: float
+    above_threshold: bool
+    edits: list[RangeEdit] = field(default_factory=list)
+    rejected: str | None = None  # why the LSP will not show it (see ``vet``)
+
+
+@dataclass
+class Suggestion:
+    id: str
+    doc: Document
+    version: int  # the document version the edits apply to
+    kept: list[RegionResult] = field(default_factory=list)  # shown, best score first
+    results: list[RegionResult] = field(default_factory=list)  # every region asked about
+    skipped: str | None = None  # why no model was asked (an automatic request after a plain edit)
+
+
+def region_offsets(doc: Document, region: Region) -> tuple[int, int]:
+    """Code point [start, end) of a whole-line region, including its last line break."""
+    start, _ = doc.line_bounds(region.first_line)
+    if region.last_line + 1 < doc.line_count:
+        end, _ = doc.line_bounds(region.last_line + 1)
+    else:
+        end = len(doc.text)
+    return start, end
+
+
+def build_region_prompt(
+    doc: Document,
+    path: str,
+    region: Region,
+    cursor: int,
+    snippets: list[Snippet],
+    history: str,
+    context_lines: int,
+) -> tuple[str, int, str]:
+    """(prompt, region start offset, region text) for one region; ``cursor`` is a document offset."""
+    start, end = region_offsets(doc, region)
+    above_start, _ = doc.line_bounds(max(0, region.first_line - context_lines))
+    below_last = min(doc.line_count - 1, region.last_line + context_lines)
+    _, below_end = doc.line_bounds(below_last)
+    region_text = doc.text[start:end]
+    p = EditPrompt(
+        file_path=path,
+        above=doc.text[above_start:start],
+        region=region_text,
+        cursor=max(0, min(cursor - start, len(region_text))),
+        below=doc.text[end:below_end],
+        snippets=snippets,
+        history=history,
+    )
+    return build_prompt(p), start, region_text
+
+
+def minimal_edits(original: str, rewritten: str, base: int = 0) -> list[RangeEdit]:
+    """The smallest range edits that turn ``original`` into ``rewritten`` (offsets shifted by base)."""
+    if original == rewritten:
+        return []
+    a = original.splitlines(keepends=True)
+    b = rewritten.splitlines(keepends=True)
+    offs = [0]
+    for line in a:
+        offs.append(offs[-1] + len(line))
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
+        p = 0
+        while p < len(old) and p < len(new) and old[p] == new[p]:
+            p += 1
+        s = 0
+        while s < len(old) - p and s < len(new) - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
+            s += 1
+        out.append(RangeEdit(base + offs[i1] + p, base + offs[i2] - s, new[p : len(new) - s]))
+    return out
+
+
+def _normalise(rewritten: str, original: str) -> str:
+    """Match the original's trailing newline so a missing final newline is not an edit."""
+    if original.endswith("\n") and not rewritten.endswith("\n"):
+        return rewritten + "\n"
+    if not original.endswith("\n") and rewritten.endswith("\n"):
+        return rewritten[:-1]
+    return rewritten
+
+
+def plan_regions(
+    doc: Document,
+    parsed: ParsedDocument | None,
+    cursor: int,
+    names: set[str],
+    min_lines: int,
+    max_lines: int,
+    max_candidates: int,
+) -> list[tuple[Region, int]]:
+    """(region, cursor offset for its prompt): the cursor's region first, then candidates."""
+    line, _ = doc.position_at(cursor)
+    main = snap_region(doc, parsed, line, min_lines, max_lines)
+    out = [(main, cursor)]
+    for r in candidate_regions(doc, parsed, names, main, max_candidates):
+        at = _first_occurrence(doc, r, names)
+        out.append((r, at))
+    return out
+
+
+def _first_occurrence(doc: Document, region: Region, names: set[str]) -> int:
+    start, end = region_offsets(doc, region)
+    text = doc.text[start:end]
+    hits = [text.find(n) for n in names if text.find(n) >= 0]
+    return start + (min(hits) if hits else 0)
+
+
+def rank(results: list[RegionResult]) -> list[RegionResult]:
+    """Kept results (cleared the threshold and changed something), best score first."""
+    kept = [r for r in results if r.above_threshold and r.edits and r.rejected is None]
+    return sorted(kept, key=lambda r: -r.score)
+
+
+def vet(doc: Document, parsed: ParsedDocument | None, r: RegionResult) -> str | None:
+    """Why a rewrite must not be shown, or None. Guards against what a confident but wrong model does:
+    wiping the region, or breaking code that parsed (checked with a parse of the edited file)."""
+    if r.rewritten is not None and not r.rewritten.strip() and r.original.strip():
+        return "deletes the whole region"
+    if parsed is not None and r.edits:
+        text = doc.text
+        for e in sorted(r.edits, key=lambda e: -e.start):
+            text = text[: e.start] + e.new_text + text[e.end :]
+        before, after = (
+            _damage(parsed.tree.root_node),
+            _damage(ParsedDocument(parsed.grammar, text).tree.root_node),
+        )
+        if after[0] > before[0]:
+            return "introduces a syntax error"
+        if after[1] > before[1]:
+            return "empties a block"  # tree-sitter-python accepts a body dedented away; we do not
+    return None
+
+
+def _damage(root) -> tuple[int, int]:
+    """(syntax errors or missing nodes, empty blocks) in a tree."""
+    errors = empty = 0
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            errors += 1
+        if node.type in ("block", "statement_block") and node.named_child_count == 0:
+            empty += 1
+        if node.has_error or node.type not in ("identifier", "string", "comment"):
+            stack.extend(node.children)
+    return errors, empty
+
+
+def _edit_line(ls: EditLanguageServer, doc: Document, events, cursor: int) -> int:
+    newest = events[-1] if events else None
+    if newest is not None and newest.uri == doc.uri:
+        return newest.first_line
+    return doc.position_at(cursor)[0]
+
+
+def plan_ranked(
+    doc: Document,
+    parsed: ParsedDocument | None,
+    cursor: int,
+    renamed: set[str],
+    called: set[str],
+    edit_line: int,
+    include_cursor: bool,
+    s,
+) -> list[tuple[Region, int]]:
+    """Regions best first: the uses of renamed names (tree-sitter identifiers), nearest the edit
+    first; then call sites of an edited definition; then, for edits that are not renames, the
+    cursor's own region. Use regions are a few lines each, so they decode as one batch."""
+    here = Region(edit_line, edit_line, "edit")
+    out: list[tuple[Region, int]] = []
+    taken: list[Region] = [here]
+    for names, reason in ((renamed, "occurrence"), (called - renamed, "call")):
+        found = candidate_regions(doc, parsed, names, here, s.max_candidates, s.candidate_max_lines)
+        found = [
+            r
+            for r in found
+            if not any(r.first_line <= o.last_line and r.last_line >= o.first_line for o in taken)
+        ]
+        for r in sorted(found, key=lambda r: (abs(r.first_line - edit_line), r.first_line)):
+            if len(out) >= s.max_candidates:
+                break
+            taken.append(r)
+            out.append((Region(r.first_line, r.last_line, reason), _first_occurrence(doc, r, names)))
+    if include_cursor or not out:
+        line, _ = doc.position_at(cursor)
+        main = snap_region(doc, parsed, line, s.region_min_lines, s.region_max_lines)
+        if not any(main.first_line <= r.last_line and main.last_line >= r.first_line for r, _ in out):
+            out.append((main, cursor))
+    return out
+
+
+async def _ask_one(
+    client: ModelClient,
+    doc: Document,
+    plan: tuple[Region, int],
+    built: tuple[str, int, str],
+    timeout_s: float,
+) -> RegionResult | None:
+    region, _ = plan
+    prompt, start, original = built
+    ans = await client.edit(prompt, timeout_s)
+    if ans is None:
+        return None
+    rewritten = None if ans.region is None else _normalise(ans.region.replace(CURSOR, ""), original)
+    edits = minimal_edits(original, rewritten, start) if rewritten is not None else []
+    return RegionResult(region, prompt, original, rewritten, ans.score, ans.above_threshold, edits)
+
+
+async def ask_streaming(
+    ls: EditLanguageServer,
+    doc: Document,
+    plans: list[tuple[Region, int]],
+    snippets: list[list[Snippet]],
+    history: str,
+    context_lines: list[int],
+    on_kept: Callable[[RegionResult], None] | None,
+) -> list[RegionResult]:
+    """Every region asked at once (the server batches equal decode plans); each answer is vetted as
+    it arrives and, when kept, handed to ``on_kept`` right away. Results in arrival order."""
+    s = ls.settings
+    path = ls.path_of(doc.uri)
+    version = doc.version
+    parsed = ls.parsed.get(doc.uri)
+    built = [
+        build_region_prompt(doc, path, r, at, sn, history, ctx)
+        for (r, at), sn, ctx in zip(plans, snippets, context_lines)
+    ]
+    timeout = s.next_edit_timeout_ms / 1000
+    tasks = [asyncio.ensure_future(_ask_one(ls.client, doc, plans[0], built[0], timeout))]
+    if on_kept is not None and len(plans) > 1:
+        # the best region alone first: the server's worker takes it before the rest arrive, so it
+        # decodes as a batch of one and is shown at once; the rest share the next batch
+        await asyncio.sleep(FIRST_ALONE_S)
+    tasks += [
+        asyncio.ensure_future(_ask_one(ls.client, doc, p, b, timeout)) for p, b in zip(plans[1:], built[1:])
+    ]
+    results: list[RegionResult] = []
+    try:
+        for fut in asyncio.as_completed(tasks):
+            r = await fut
+            if r is None:
+                continue
+            results.append(r)
+            if doc.version != version:
+                continue  # the text moved on: offsets are stale (a newer request is coming)
+            r.rejected = vet(doc, parsed, r)
+            if on_kept is not None and rank([r]):
+                on_kept(r)
+    finally:
+        for t in tasks:
+            t.cancel()
+    return results
+
+
+def _snippets(ls: EditLanguageServer, doc: Document, parsed, region: Region) -> list[Snippet]:
+    snippets = ls.viewed.snippets(doc.uri, ls.settings.recent_snippets)
+    if parsed is not None:
+        near = {
+            n.text.decode("utf-8", "replace")
+            for n in parsed.identifiers(region.first_line, region.last_line)
+            if n.text
+        }
+        snippets = [Snippet(p, c) for p, c in definitions_for(near, ls.others(doc.uri))][:3] + snippets
+    return snippets
+
+
+def gate(ls: EditLanguageServer, doc: Document, events) -> str | None:
+    """Why an automatic request may go to the model ("identifier", "literal", "signature"), or None
+    when the fresh edits cannot need edits elsewhere."""
+    why = propagation(events)
+    if why is not None:
+        return why
+    parsed = ls.parsed.get(doc.uri)
+    if parsed is not None:
+        for e in events:
+            if e.uri == doc.uri and parsed.definition_at_line(e.first_line) is not None:
+                return "signature"
+    return None
+
+
+async def suggest(
+    ls: EditLanguageServer,
+    doc: Document,
+    line: int,
+    char: int,
+    auto: bool = False,
+    on_kept: Callable[[RegionResult], None] | None = None,
+) -> Suggestion:
+    """Next edits for a cursor position. ``auto`` requests (the client's own, after an edit) ask the
+    model only when the edits since the last request could propagate (``gate``). With
+    ``settings.next_edit_legacy`` the regions are planned as before ranking existed (cursor region
+    plus the nearest uses) and nothing streams: the benchmark's baseline."""
+    sid = uuid.uuid4().hex
+    if not ls.active(ls.settings.enable_next_edit, doc):
+        if ls.client is not None and ls.client.state != READY:
+            ls.client.nudge()
+        return Suggestion(sid, doc, doc.version, skipped="not ready")
+    s = ls.settings
+    version = doc.version
+    cursor = doc.offset_at(line, char)
+    ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, line)
+    parsed = ls.parsed.get(doc.uri)
+    fresh = ls.history.since(ls.next_marker.get(doc.uri), doc.uri)
+    ls.next_marker[doc.uri] = ls.history.marker()
+    why = None if s.next_edit_legacy else gate(ls, doc, fresh)
+    if why is None and auto and not s.next_edit_legacy:
+        return Suggestion(sid, doc, version, skipped="no identifier, signature or literal changed")
+    removed, _added = ls.history.changed_identifiers(2)
+    names = set(removed)
+    called: set[str] = set()
+    newest = ls.history.recent(1)
+    if parsed is not None and newest and newest[0].uri == doc.uri:
+        d = parsed.definition_at_line(newest[0].first_line)
+        if d is not None and node_name(d):
+            called.add(node_name(d))  # its call sites must follow a signature change
+    if s.next_edit_legacy:
+        plans = plan_regions(
+            doc, parsed, cursor, names | called, s.region_min_lines, s.region_max_lines, s.legacy_candidates
+        )
+        contexts = [s.context_lines] * len(plans)
+        on_kept = None
+    else:
+        edit_line = _edit_line(ls, doc, fresh or ls.history.recent(1), cursor)
+        plans = plan_ranked(doc, parsed, cursor, names, called, edit_line, why != "identifier", s)
+        contexts = [s.context_lines if r.reason == "cursor" else s.candidate_context_lines for r, _ in plans]
+    snippets = _snippets(ls, doc, parsed, plans[-1][0] if plans[-1][0].reason == "cursor" else plans[0][0])
+    history = ls.history.render(s.history_prompt_events)
+    # use regions need the rename (history) and the code around them, not other files: short prompts
+    per_region = [snippets if s.next_edit_legacy or r.reason == "cursor" else [] for r, _ in plans]
+    results = await ask_streaming(ls, doc, plans, per_region, history, contexts, on_kept)
+    ls.send_status()
+    if doc.version != version:
+        return Suggestion(sid, doc, version, [], results)  # the text moved on: offsets are stale
+    for r in results:
+        r.rejected = vet(doc, parsed, r) if r.rejected is None else r.rejected
+    kept = rank(results)
+    if kept:
+        ls.telemetry.suggestion(
+            sid,
+            "next_edit",
+            doc.uri,
+            doc.language_id,
+            {"prompts": [r.prompt for r in kept]},
+            [
+                {
+                    "region": [r.region.first_line, r.region.last_line],
+                    "rewritten": r.rewritten,
+                    "score": r.score,
+                }
+                for r in kept
+            ],
+            kept[0].score,
+        )
+    return Suggestion(sid, doc, version, kept, results)
+
+
+def region_info(r: RegionResult, kept: list[RegionResult]) -> dict:
+    """Diagnostic summary of one asked region (the nextEdit reply's ``regions``)."""
+    return {
+        "range": {
+            "start": {"line": r.region.first_line, "character": 0},
+            "end": {"line": r.region.last_line + 1, "character": 0},
+        },
+        "reason": r.region.reason,
+        "score": r.score,
+        "aboveThreshold": r.above_threshold,
+        "kept": r in kept,
+        "rejected": r.rejected,
+    }

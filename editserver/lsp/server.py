@@ -1,0 +1,496 @@
+"""The editserver language server: documents in, FIM and next-edit suggestions out (pygls 2.x).
+
+Design decisions:
+- ``create_server()`` builds a fresh ``EditLanguageServer``; handlers are thin and delegate to the
+  modules that own each concern (documents, history, context, completion, nextedit, telemetry,
+  client, settings). All handlers run on pygls' asyncio loop, so state needs no locks.
+- Position encoding: pygls picks the client's first supported encoding; we move UTF-8 to the front
+  whenever the client offers it, because tree-sitter and the HTTP payloads are UTF-8 anyway.
+- Custom requests and notifications (``editserver/*``, ``textDocument/copilotInlineEdit``) keep their
+  params as plain JSON dicts (a custom converter hook), validated here with clear LSP errors.
+- The nextEdit reply carries, beside the contract's ``{id, edits, score}``, a diagnostic ``regions``
+  list (which places were asked about, their score and whether they were kept); clients ignore it.
+- Status: ``editserver/status`` on every client state change and after every model call (with the
+  call's latency); state ``disabled`` when both features are off.
+- Next edits stream: with ``partialResults: true`` in the request, each kept region goes out as an
+  ``editserver/nextEditPartial`` notification (same ``id`` as the final reply) as soon as it is
+  vetted; the final reply still carries every kept edit, so a client that ignores partials loses
+  nothing. A didChange cancels the document's in-flight next-edit request (and its HTTP calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import uuid
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    LanguageServerProtocol,
+    default_converter,
+)
+from pygls.protocol.language_server import lsp_method
+from pygls.uris import to_fs_path
+
+from editserver.lsp import completion as fim
+from editserver.lsp.client import DISABLED, READY, ModelClient, short
+from editserver.lsp.context import ParsedDocument, grammar_name
+from editserver.lsp.documents import UTF8, UTF16, UTF32, DocumentStore
+from editserver.lsp.history import EditHistory, RecentlyViewed
+from editserver.lsp.nextedit import Suggestion, region_info, suggest
+from editserver.lsp.settings import Settings, parse_settings, settings_from_change
+from editserver.lsp.telemetry import Telemetry, register_telemetry
+
+log = logging.getLogger(__name__)
+
+NEXT_EDIT = "editserver/nextEdit"
+NEXT_EDIT_PARTIAL = "editserver/nextEditPartial"
+COPILOT_INLINE_EDIT = "textDocument/copilotInlineEdit"
+INLINE_ACCEPTED = "editserver.inlineAccepted"
+STATUS = "editserver/status"
+DOCUMENT_STATE = "editserver/documentState"
+INFO = "editserver/info"
+
+
+class _Protocol(LanguageServerProtocol):
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        general = params.capabilities.general
+        if general is not None and general.position_encodings and UTF8 in general.position_encodings:
+            general.position_encodings = [UTF8, *[e for e in general.position_encodings if e != UTF8]]
+        return (yield from super().lsp_initialize(params))
+
+
+def _converter():
+    """pygls' converter, but unknown methods keep their params as dicts (not namedtuples)."""
+    conv = default_converter()
+    conv.register_structure_hook(JsonRPCRequestMessage, lambda obj, cls: cls(**obj))
+    conv.register_structure_hook(JsonRPCNotification, lambda obj, cls: cls(**obj))
+    return conv
+
+
+def _invalid(message: str) -> JsonRpcInvalidParams:
+    return JsonRpcInvalidParams(message)
+
+
+def _position(p: Any, where: str) -> tuple[int, int]:
+    if not isinstance(p, dict) or not all(
+        isinstance(p.get(k), int) and p[k] >= 0 for k in ("line", "character")
+    ):
+        raise _invalid(f"{where}: position must be {{line, character}} with non-negative integers")
+    return p["line"], p["character"]
+
+
+class EditLanguageServer(LanguageServer):
+    def __init__(
+        self, server_url: str | None = None, autostart: bool | None = None, model_dir: str | None = None
+    ):
+        super().__init__("editserver", "0.1.0", protocol_cls=_Protocol, converter_factory=_converter)
+        self.cli_server_url, self.cli_autostart, self.model_dir = server_url, autostart, model_dir
+        self.settings = Settings()
+        self.docs = DocumentStore()
+        self.parsed: dict[str, ParsedDocument] = {}
+        self.history = EditHistory()
+        self.viewed = RecentlyViewed()
+        self.fim = fim.FimScheduler()
+        self.telemetry = Telemetry(None, enabled=False)
+        self.client: ModelClient | None = None
+        self.next_inflight: dict[str, asyncio.Task] = {}
+        self.next_marker: dict[str, tuple] = {}  # per document: the edit history seen by its last request
+        self.pending_warnings: list[str] = []
+        self.root = ""
+        self.log_file: str | None = None  # the LSP's own debug log (--log-file), for editserver/info
+
+    # ---- settings and status -------------------------------------------------------------------
+    def apply_settings(self, raw: Any, initial: bool = False) -> list[str]:
+        defaults = Settings()  # CLI flags replace the built-in defaults; client options override both
+        if self.cli_server_url:
+            defaults = _replace(defaults, server_url=self.cli_server_url)
+        if self.cli_autostart is not None:
+            defaults = _replace(defaults, autostart=self.cli_autostart)
+        settings, warnings = parse_settings(raw, defaults if initial else self.settings, defaults)
+        old = self.settings
+        self.settings = settings
+        self.history.max_events = settings.history_events
+        self.telemetry.configure(settings.telemetry.path, settings.telemetry.enabled)
+        if not initial and self.client is not None:
+            if settings.server_url != old.server_url or settings.autostart != old.autostart:
+                asyncio.ensure_future(self._restart_client())
+            self.send_status()
+        return warnings
+
+    async def _restart_client(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+        self.client = self._make_client()
+        await self.client.start()
+
+    def _make_client(self) -> ModelClient:
+        return ModelClient(
+            self.settings.server_url,
+            self.settings.autostart,
+            self.model_dir,
+            on_state=lambda s, m: self.send_status(m),
+            on_message=self.show,
+            serve_log=os.environ.get("EDITSERVER_LSP_SERVE_LOG") or None,
+        )
+
+    def show(self, kind: int, message: str) -> None:
+        """One short line (editors show longer ones with a "press ENTER" prompt)."""
+        self.window_show_message(
+            types.ShowMessageParams(type=types.MessageType(kind), message=short(message))
+        )
+
+    def send_status(self, message: str | None = None) -> None:
+        if not (self.settings.enable_fim or self.settings.enable_next_edit):
+            state, latency = DISABLED, None
+        elif self.client is None:
+            return
+        else:
+            state, latency = self.client.state, self.client.last_latency_ms
+        payload: dict[str, Any] = {"state": state}
+        if message:
+            payload["message"] = message
+        if latency is not None:
+            payload["latencyMs"] = round(latency, 1)
+        if self.client is not None:
+            # completions withheld below the server's threshold in the last minute, and that threshold
+            payload["withheld"] = self.client.withheld()
+            if self.client.fim_threshold is not None:
+                payload["fimThreshold"] = self.client.fim_threshold
+        self.protocol.notify(STATUS, payload)
+
+    def info(self) -> dict[str, Any]:
+        """``editserver/info``: live state for health checks (never a cached status)."""
+        out: dict[str, Any] = {
+            "state": DISABLED if not (self.settings.enable_fim or self.settings.enable_next_edit) else None
+        }
+        if self.client is not None:
+            out = {**self.client.info(), **({"state": out["state"]} if out["state"] else {})}
+        out["lspLog"] = self.log_file
+        out["thresholdHelp"] = "editserver serve --fim-threshold X (0 shows every completion)"
+        return out
+
+    def path_of(self, uri: str) -> str:
+        try:
+            path = to_fs_path(uri) or uri
+        except Exception:
+            path = uri
+        if self.root and path.startswith(self.root.rstrip("/") + "/"):
+            return os.path.relpath(path, self.root)
+        return path
+
+    def others(self, uri: str) -> list[tuple[str, Any, ParsedDocument]]:
+        return [
+            (self.path_of(u), self.docs.docs[u], p)
+            for u, p in self.parsed.items()
+            if u != uri and u in self.docs.docs
+        ]
+
+    def doc_for(self, uri: Any, where: str):
+        if not isinstance(uri, str):
+            raise _invalid(f"{where}: textDocument.uri must be a string")
+        doc = self.docs.get(uri)
+        if doc is None:
+            raise _invalid(f"{where}: document {uri} is not open (send textDocument/didOpen first)")
+        return doc
+
+    def active(self, feature: bool, doc) -> bool:
+        return (
+            feature
+            and self.settings.handles(doc.language_id)
+            and self.client is not None
+            and self.client.state == READY
+        )
+
+
+def _replace(s: Settings, **kw) -> Settings:
+    return dataclasses.replace(s, **kw)
+
+
+def create_server(
+    server_url: str | None = None, autostart: bool | None = None, model_dir: str | None = None
+) -> EditLanguageServer:
+    """A fresh server; CLI flags (when given) override the defaults that client options start from."""
+    server = EditLanguageServer(server_url, autostart, model_dir)
+    _register_documents(server)
+    _register_completion(server)
+    _register_next_edit(server)
+    register_telemetry(server, INLINE_ACCEPTED)
+    _register_diagnostics(server)
+    return server
+
+
+# ---- lifecycle and documents --------------------------------------------------------------------
+def _register_documents(ls: EditLanguageServer) -> None:
+    @ls.feature(types.INITIALIZE)
+    def initialize(params: types.InitializeParams) -> None:
+        ls.pending_warnings = ls.apply_settings(params.initialization_options, initial=True)
+        enc = ls.workspace.position_encoding
+        ls.docs.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(str(getattr(enc, "value", enc)), UTF16)
+        ls.root = (to_fs_path(params.root_uri) if params.root_uri else params.root_path) or ""
+
+    @ls.feature(types.INITIALIZED)
+    async def initialized(params: types.InitializedParams) -> None:
+        for w in ls.pending_warnings:
+            ls.show(2, w)
+        ls.client = ls._make_client()
+        ls.send_status()
+        await ls.client.start()
+
+    @ls.feature(types.SHUTDOWN)
+    async def shutdown(*args) -> None:
+        if ls.client is not None:
+            await ls.client.close()
+        ls.telemetry.close()
+
+    @ls.feature(types.EXIT)
+    def exit_(*args) -> None:
+        if ls.client is not None:
+            ls.client.stop_child()
+
+    @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
+        raw = settings_from_change(params.settings)
+        ws = ls.client_capabilities.workspace
+        if not isinstance(raw, dict) and ws is not None and ws.configuration:
+            # pull model (VS Code without `synchronize`): the notification only says "changed"
+            try:
+                (raw,) = await ls.workspace_configuration_async(
+                    types.ConfigurationParams(items=[types.ConfigurationItem(section="editserver")])
+                )
+            except Exception as e:  # a client that advertises but fails: keep the current settings
+                log.warning("workspace/configuration failed: %s", e)
+                return
+        for w in ls.apply_settings(raw):
+            ls.show(2, w)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(params: types.DidOpenTextDocumentParams) -> None:
+        td = params.text_document
+        doc = ls.docs.open(td.uri, td.text, td.version, td.language_id)
+        grammar = grammar_name(td.language_id, td.uri)
+        if grammar is not None:
+            ls.parsed[td.uri] = ParsedDocument(grammar, doc.text)
+        ls.viewed.view(td.uri, ls.path_of(td.uri), doc.text, 0)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(params: types.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        doc = ls.docs.get(uri)
+        if doc is None:
+            log.warning("didChange for unopened %s", uri)
+            return
+        parsed = ls.parsed.get(uri)
+        for change in params.content_changes:
+            before = doc.text
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                r = change.range
+                edit = doc.apply(change.text, (r.start.line, r.start.character, r.end.line, r.end.character))
+                full = False
+            else:
+                edit = doc.apply(change.text, None)
+                full = True
+            if parsed is not None:
+                parsed.update(edit, doc.text, full=full)
+            ls.history.record(uri, ls.path_of(uri), before, doc.text, edit.start, edit.new_end)
+        doc.version = params.text_document.version
+        ls.fim.cancel_inflight(uri)  # a newer keystroke makes in-flight completions stale
+        older = ls.next_inflight.pop(uri, None)
+        if older is not None and not older.done():
+            older.cancel()  # so do next edits planned on the old text
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(params: types.DidSaveTextDocumentParams) -> None:
+        log.debug("saved %s", params.text_document.uri)
+
+    @ls.feature("textDocument/didFocus")
+    def did_focus(params: Any) -> None:
+        """Copilot's focus notification (``{textDocument: {uri}}``): a recently viewed file."""
+        td = params.get("textDocument") if isinstance(params, dict) else None
+        doc = ls.docs.get(td.get("uri")) if isinstance(td, dict) else None
+        if doc is not None:
+            ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, ls.viewed.line_of(doc.uri))
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.docs.close(uri)
+        ls.parsed.pop(uri, None)
+        ls.fim.forget(uri)
+
+
+# ---- inline completion --------------------------------------------------------------------------
+def _register_completion(ls: EditLanguageServer) -> None:
+    @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(params: types.InlineCompletionParams) -> types.InlineCompletionList:
+        empty = types.InlineCompletionList(items=[])
+        uri = params.text_document.uri
+        doc = ls.doc_for(uri, "textDocument/inlineCompletion")
+        offset = doc.offset_at(params.position.line, params.position.character)
+        prefix, suffix = doc.text[:offset], doc.text[offset:]
+        if not ls.settings.enable_fim or not ls.settings.handles(doc.language_id):
+            return empty
+        ls.viewed.view(uri, ls.path_of(uri), doc.text, params.position.line)
+        cached = ls.fim.from_cache(uri, prefix, suffix)
+        if cached is None:
+            if ls.client is None or ls.client.state != READY:
+                if ls.client is not None:
+                    ls.client.nudge()  # never waits: recovery runs in the background
+                return empty
+            ticket = ls.fim.begin(uri)
+            task = asyncio.ensure_future(fim.answer(ls, doc, offset, prefix, suffix, ticket))
+            ls.fim.inflight[uri] = task
+            try:
+                cached = await task
+            except asyncio.CancelledError:
+                task.cancel()
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # $/cancelRequest: pygls answers RequestCancelled
+                return empty  # superseded by a newer keystroke or request
+            if cached is None:
+                return empty
+        pos = params.position
+        return types.InlineCompletionList(
+            items=[
+                types.InlineCompletionItem(
+                    insert_text=cached.text,
+                    range=types.Range(start=pos, end=pos),
+                    command=types.Command(
+                        title="Accept", command=INLINE_ACCEPTED, arguments=[{"id": cached.id}]
+                    ),
+                )
+            ]
+        )
+
+
+# ---- next edit ----------------------------------------------------------------------------------
+def _edit_json(doc, version: int, r) -> list[dict]:
+    return [
+        {
+            "textDocument": {"uri": doc.uri, "version": version},
+            "range": doc.lsp_range(e.start, e.end),
+            "newText": e.new_text,
+        }
+        for e in r.edits
+    ]
+
+
+async def suggest_edits(ls: EditLanguageServer, params: Any, where: str, stream: bool = False) -> Suggestion:
+    """Validate params, then ask (shared by editserver/nextEdit and copilotInlineEdit).
+
+    ``trigger: "auto"`` (a client's own request after an edit) is gated on the edit history (see
+    lsp/nextedit.py); with ``stream`` each kept region is sent as ``editserver/nextEditPartial``."""
+    if not isinstance(params, dict) or not isinstance(params.get("textDocument"), dict):
+        raise _invalid(f"{where}: params must be {{textDocument: {{uri}}, position}}")
+    doc = ls.doc_for(params["textDocument"].get("uri"), where)
+    line, char = _position(params.get("position"), where)
+    trigger = params.get("trigger", "manual")
+    if trigger not in ("auto", "manual"):
+        raise _invalid(f'{where}: trigger must be "auto" or "manual"')
+    # a newer next-edit request for the same document supersedes this one (and its HTTP calls)
+    older = ls.next_inflight.pop(doc.uri, None)
+    if older is not None and not older.done():
+        older.cancel()
+    sid = uuid.uuid4().hex
+    version = doc.version
+    sent = [0]
+
+    def on_kept(r) -> None:
+        ls.protocol.notify(
+            NEXT_EDIT_PARTIAL,
+            {
+                "id": sid,
+                "textDocument": {"uri": doc.uri, "version": version},
+                "edits": _edit_json(doc, version, r),
+                "score": r.score,
+                "rank": sent[0],
+            },
+        )
+        sent[0] += 1
+
+    task = asyncio.ensure_future(
+        suggest(ls, doc, line, char, auto=trigger == "auto", on_kept=on_kept if stream else None)
+    )
+    ls.next_inflight[doc.uri] = task
+    try:
+        sug = await task
+    except asyncio.CancelledError:
+        task.cancel()
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # $/cancelRequest
+        return Suggestion(sid, doc, doc.version, skipped="superseded by a newer edit")
+    sug.id = sid
+    return sug
+
+
+def _register_next_edit(ls: EditLanguageServer) -> None:
+    @ls.feature(NEXT_EDIT)
+    async def next_edit(params: Any) -> dict:
+        stream = isinstance(params, dict) and params.get("partialResults") is True
+        sug = await suggest_edits(ls, params, NEXT_EDIT, stream)
+        sid, doc, version, kept, results = sug.id, sug.doc, sug.version, sug.kept, sug.results
+        out = {
+            "id": sid,
+            "edits": [e for r in kept for e in _edit_json(doc, version, r)],
+            "score": kept[0].score if kept else 0.0,
+            "regions": [region_info(r, kept) for r in results],
+        }
+        if sug.skipped:
+            out["skipped"] = sug.skipped
+        return out
+
+    @ls.feature(COPILOT_INLINE_EDIT)
+    async def copilot_inline_edit(params: Any) -> dict:
+        sug = await suggest_edits(ls, params, COPILOT_INLINE_EDIT)
+        sid, doc, version, kept = sug.id, sug.doc, sug.version, sug.kept
+        out = []
+        for r in kept:
+            for e in r.edits:
+                out.append(
+                    {
+                        "text": e.new_text,
+                        "range": doc.lsp_range(e.start, e.end),
+                        "textDocument": {"uri": doc.uri, "version": version},
+                        "command": {
+                            "title": "Accept",
+                            "command": INLINE_ACCEPTED,
+                            "arguments": [{"id": sid, "editIndex": len(out)}],
+                        },
+                    }
+                )
+        return {"edits": out}
+
+
+# ---- diagnostics -------------------------------------------------------------------------------
+def _register_diagnostics(ls: EditLanguageServer) -> None:
+    @ls.feature(INFO)
+    def info(params: Any) -> dict:
+        """Live state: server URL and whether it is our own, the serve log, restarts, withheld count."""
+        return ls.info()
+
+    @ls.feature(DOCUMENT_STATE)
+    def document_state(params: Any) -> dict:
+        """The server's view of a document (text, version, parse counts): for tests and bug reports."""
+        doc = ls.doc_for(params.get("uri") if isinstance(params, dict) else None, DOCUMENT_STATE)
+        parsed = ls.parsed.get(doc.uri)
+        return {
+            "text": doc.text,
+            "version": doc.version,
+            "encoding": doc.encoding,
+            "grammar": parsed.grammar if parsed else None,
+            "fullParses": parsed.full_parses if parsed else 0,
+            "incrementalParses": parsed.incremental_parses if parsed else 0,
+            "history": ls.history.render(ls.settings.history_events),
+            "historyEvents": len(ls.history.recent(ls.settings.history_events)),
+            "recentlyViewed": [sn.path for sn in ls.viewed.snippets(doc.uri, ls.settings.recent_snippets)],
+        }

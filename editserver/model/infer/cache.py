@@ -1,0 +1,261 @@
+"""Cache policies for the denoising loop (model/infer/sampler.py): how each step gets the canvas's logits.
+
+Design decisions:
+- The loop hands a policy the rows it decodes (``Rows``: each row's context, canvas geometry and, for
+  the in-place infill layout of open-weight models, the suffix after the canvas) and asks it for the
+  logits of the active block's still-masked positions. How much it recomputes is its own business.
+- ``ContextCache`` runs the context once and reuses its keys/values at every step. It is exact for
+  this project's own transformer, whose context never attends to the canvas (transformer.py).
+- ``NoCache`` recomputes the whole sequence every step: the reference the cached policies are tested
+  against.
+- A policy is a frozen dataclass, so a decode plan (model/infer/plan.py) holding one stays hashable.
+- ``rows`` cuts a state to some of its rows: the loop computes only rows with something left to
+  decide.
+- In-place infill (open-weight families, model/infer/hf/): each row's sequence is ``prefix, its
+  canvas in use, suffix`` at contiguous positions, right-padded, attended fully (no causal mask). The
+  answer at canvas position j is read from the hidden state at j, or at j - 1 for a family whose
+  logits are shifted (``model.cfg.shift``). The policy reads the shift; the loop never does.
+- ``InPlaceNoCache`` recomputes every row's whole sequence at every step: exact, the reference.
+- ``DualCache`` is Fast-dLLM's dual cache (Wu et al. 2025): at the first step of each block (and
+  after ``prepare``, which the loop calls again when the canvas grows and the suffix moves) the whole
+  sequence runs once and every layer's keys/values are kept; the block's other steps run only the
+  block (plus the position before it when logits are shifted) against those cached keys/values, with
+  the block's own recomputed. It equals ``InPlaceNoCache`` whenever every block is decided in its
+  first step (block size 1 with one token a step, or a rule that commits the whole block at once:
+  tests/model/test_hf_cache.py). It differs when a block takes several steps: the prefix, suffix and
+  other blocks' keys/values then still reflect the block as it was at its first step (masks where
+  tokens have since been committed), the approximation Fast-dLLM measured as nearly free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import torch
+
+from editserver.model.infer.transformer import KVCache, Transformer
+
+
+@dataclass
+class Rows:
+    """The rows a decode runs: everything but the canvas itself."""
+
+    context: torch.Tensor  # [B, Lc] right-padded
+    context_lens: torch.Tensor  # [B]
+    canvas_lens: torch.Tensor | None = None  # [B] positions of each row's canvas in use (None: all)
+    canvas_pos: torch.Tensor | None = None  # [B] rotary position of the canvas start (None: after context)
+    suffix: torch.Tensor | None = None  # [B, Ls] right-padded: text after the canvas (in-place infill)
+    suffix_lens: torch.Tensor | None = None  # [B]
+
+    def select(self, idx: torch.Tensor) -> Rows:
+        """Rows ``idx`` [b] alone."""
+        return Rows(*(None if x is None else x[idx] for x in self.__dict__.values()))
+
+    def with_canvas_lens(self, lens: torch.Tensor) -> Rows:
+        return replace(self, canvas_lens=lens)
+
+
+class CachePolicy(Protocol):
+    exact: bool  # answers equal NoCache's (tests hold it to that)
+
+    def prepare(self, model: torch.nn.Module, rows: Rows) -> object:
+        """State for decoding ``rows``; called again whenever the canvas grows."""
+        ...
+
+    def logits(
+        self,
+        model: torch.nn.Module,
+        state: object,
+        canvas: torch.Tensor,
+        only: slice,
+        draft: torch.Tensor | None,
+        want: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits [M, V] of the canvas [B, N] positions ``only`` (the active block) that ``want``
+        [B, n] marks (M of them, row-major); draft [B, N] or None."""
+        ...
+
+    def rows(self, state: object, idx: torch.Tensor) -> object:
+        """The state of rows ``idx`` [b] alone (rows of ``state``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ContextCache:
+    """Context keys/values computed once per request; each step runs only the canvas."""
+
+    exact: bool = True
+
+    def prepare(self, model: Transformer, rows: Rows) -> KVCache:
+        kv = model.encode_context(rows.context, rows.context_lens, rows.canvas_pos)
+        return replace(kv, canvas_lens=rows.canvas_lens)
+
+    def logits(
+        self,
+        model: Transformer,
+        state: object,
+        canvas: torch.Tensor,
+        only: slice,
+        draft: torch.Tensor | None,
+        want: torch.Tensor,
+    ) -> torch.Tensor:
+        assert isinstance(state, KVCache)
+        return model.forward_canvas(canvas, state, only, draft, want)
+
+    def rows(self, state: object, idx: torch.Tensor) -> KVCache:
+        assert isinstance(state, KVCache)
+        return state.rows(idx)
+
+
+@dataclass(frozen=True)
+class NoCache:
+    """Recompute context and canvas every step (the reference for the cache's exactness)."""
+
+    exact: bool = True
+
+    def prepare(self, model: Transformer, rows: Rows) -> Rows:
+        if not bool((rows.context_lens == rows.context.shape[1]).all()):
+            raise ValueError("NoCache needs rows of equal context length")
+        return rows
+
+    @torch.no_grad()
+    def logits(
+        self,
+        model: Transformer,
+        state: object,
+        canvas: torch.Tensor,
+        only: slice,
+        draft: torch.Tensor | None,
+        want: torch.Tensor,
+    ) -> torch.Tensor:
+        assert isinstance(state, Rows)
+        context = state.context
+        ids = torch.cat([context, canvas], dim=1)  # [B, Lc + N]
+        ctx = torch.full((ids.shape[0],), context.shape[1], device=ids.device)
+        if draft is not None:  # [B, Lc + N]: no draft over the context
+            draft = torch.cat([torch.full_like(context, -1), draft[:, : canvas.shape[1]]], dim=1)
+        # keys past a row's canvas are padding
+        seq = None if state.canvas_lens is None else ctx + state.canvas_lens
+        logits = model(ids, context_lens=ctx, seq_lens=seq, canvas_pos=state.canvas_pos, draft=draft)
+        return logits[:, context.shape[1] :][:, only][want]
+
+    def rows(self, state: object, idx: torch.Tensor) -> Rows:
+        assert isinstance(state, Rows)
+        return state.select(idx)
+
+
+@dataclass
+class InPlaceState:
+    """Rows laid out in place: each row's ``prefix, canvas, suffix`` in one right-padded sequence."""
+
+    static: torch.Tensor  # [B, L] prefix and suffix tokens; canvas slots and padding hold anything
+    slot: torch.Tensor  # [B, L] canvas index of each canvas slot (0 elsewhere)
+    on_canvas: torch.Tensor  # [B, L] bool
+    valid: torch.Tensor  # [B, L] bool: not padding
+    start: torch.Tensor  # [B] sequence index of each row's first canvas token
+    kv: list | None = None  # DualCache: every layer's keys/values of the last refresh
+    block: tuple[int, int] | None = None  # DualCache: the block those keys/values were computed for
+
+    def select(self, idx: torch.Tensor) -> InPlaceState:
+        kv = None if self.kv is None else [(k[idx], v[idx]) for k, v in self.kv]
+        return InPlaceState(
+            self.static[idx],
+            self.slot[idx],
+            self.on_canvas[idx],
+            self.valid[idx],
+            self.start[idx],
+            kv,
+            self.block,
+        )
+
+    def sequence(self, canvas: torch.Tensor) -> torch.Tensor:
+        """[B, L] the rows' tokens with the canvas [B, W] in place."""
+        placed = canvas.gather(1, self.slot.clamp_max(canvas.shape[1] - 1))
+        return torch.where(self.on_canvas, placed, self.static)
+
+
+def in_place(rows: Rows) -> InPlaceState:
+    """The in-place state of ``rows``: canvas of ``rows.canvas_lens`` between context and suffix."""
+    B, Lc = rows.context.shape
+    dev = rows.context.device
+    lp = rows.context_lens
+    cl = rows.canvas_lens if rows.canvas_lens is not None else torch.zeros_like(lp)
+    if rows.suffix is None:
+        suffix, ls = torch.zeros((B, 1), dtype=torch.long, device=dev), torch.zeros_like(lp)
+    else:
+        suffix, ls = rows.suffix, rows.suffix_lens
+    total = lp + cl + ls  # [B]
+    pos = torch.arange(int(total.max()), device=dev)[None, :]  # [1, L]
+    in_prefix = pos < lp[:, None]
+    on_canvas = ~in_prefix & (pos < (lp + cl)[:, None])
+    in_suffix = (pos >= (lp + cl)[:, None]) & (pos < total[:, None])
+    pre = rows.context.gather(1, pos.clamp_max(Lc - 1).expand(B, -1))
+    suf = suffix.gather(1, (pos - (lp + cl)[:, None]).clamp(0, suffix.shape[1] - 1))
+    static = torch.where(in_prefix, pre, torch.where(in_suffix, suf, 0))
+    slot = (pos - lp[:, None]).clamp_min(0) * on_canvas
+    return InPlaceState(static, slot, on_canvas, pos < total[:, None], lp)
+
+
+def _read(model: torch.nn.Module, state: InPlaceState, h: torch.Tensor, only: slice, want: torch.Tensor):
+    """Logits [M, V] of the block's wanted positions from hidden states h [B, L, dim] of whole rows."""
+    n = only.stop - only.start
+    shift = int(model.cfg.shift)
+    at = state.start[:, None] + only.start - shift + torch.arange(n, device=h.device)[None, :]  # [B, n]
+    at = at.clamp(0, h.shape[1] - 1)  # positions past a row's canvas are never wanted
+    picked = h.gather(1, at[..., None].expand(-1, -1, h.shape[-1]))  # [B, n, dim]
+    return model.head(picked[want])
+
+
+class _InPlace:
+    """What every in-place policy shares: the state of whole rows, cut to some of them."""
+
+    def prepare(self, model: torch.nn.Module, rows: Rows) -> InPlaceState:
+        return in_place(rows)
+
+    def rows(self, state: object, idx: torch.Tensor) -> InPlaceState:
+        assert isinstance(state, InPlaceState)
+        return state.select(idx)
+
+
+@dataclass(frozen=True)
+class InPlaceNoCache(_InPlace):
+    """In-place infill recomputed whole at every step: the exact reference (module docstring)."""
+
+    exact: bool = True
+
+    @torch.no_grad()
+    def logits(self, model, state, canvas, only, draft, want) -> torch.Tensor:
+        assert isinstance(state, InPlaceState)
+        h, _ = model.encode(state.sequence(canvas), state.valid)
+        return _read(model, state, h, only, want)
+
+
+@dataclass(frozen=True)
+class DualCache(_InPlace):
+    """Fast-dLLM's dual cache for in-place infill: prefix and suffix keys/values reused within a block."""
+
+    exact: bool = False
+
+    @torch.no_grad()
+    def logits(self, model, state, canvas, only, draft, want) -> torch.Tensor:
+        assert isinstance(state, InPlaceState)
+        seq = state.sequence(canvas)  # [B, L]
+        block = (only.start, only.stop)
+        if state.kv is None or state.block != block:  # a new block: refresh every key/value
+            h, state.kv = model.encode(seq, state.valid)
+            state.block = block
+            return _read(model, state, h, only, want)
+        B, L = seq.shape
+        shift = int(model.cfg.shift)
+        n = only.stop - only.start + shift
+        first = state.start + only.start - shift  # [B] span start (the position before the block if shifted)
+        pos = first[:, None] + torch.arange(n, device=seq.device)[None, :]  # [B, n]
+        exists = (pos >= 0) & (pos < state.valid.sum(dim=1, keepdim=True))  # [B, n]
+        pos = pos.clamp(0, L - 1)
+        idx = torch.arange(L, device=seq.device)[None, :]
+        in_span = (idx >= first[:, None]) & (idx < (first + n)[:, None])  # [B, L]
+        h = model.encode_span(
+            seq.gather(1, pos), pos, exists, state.kv, state.valid & ~in_span
+        )  # [B, n, dim]
+        return model.head(h[:, : only.stop - only.start][want])

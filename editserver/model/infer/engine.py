@@ -1,0 +1,493 @@
+"""The model's entry point: ``Engine.complete(request) -> Completion``.
+
+Design decisions:
+- Two request types, both plain dataclasses with no HTTP in sight: ``FimRequest`` (prefix/suffix)
+  and ``EditRequest`` (an Inception next-edit prompt). The server, the replay harness and the
+  benchmarks all call this one function, so they measure what users get.
+- Where the tokens sit is the model family's layout (model/infer/layout.py): for this project's
+  checkpoints ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then a canvas of ``max_tokens`` masks,
+  and for an edit the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack; for
+  open-weight families (model/infer/hf/) the canvas in place between prefix and suffix, and an edit
+  as a chat turn. The layout also names the family's cache policy; ``Engine(..., cache="exact")``
+  takes its exact reference instead. Nothing below asks which family it serves.
+  With the checkpoint's ``window_tokens`` set (the row length it was trained on), inputs are cut to
+  fit it exactly as training rows were: FIM keeps the prefix and suffix tokens nearest the cursor
+  (``fim_window``); an edit prompt loses snippets, outer file lines and old diffs (``fit_prompt``).
+  A checkpoint trained so (``edit_canvas_at_region``) places a rewrite's canvas at the rotary
+  positions of its region (``edit_canvas_pos``), exactly as its training rows were; a
+  ``canvas_draft`` model also gets the region's tokens as the canvas's draft, aligned on what each
+  row has written before every step (model/infer/draft.py).
+  Both are exactly the training layouts (model/train/data.py).
+- Every decode setting comes from one decode plan (model/infer/plan.py ``plan_for``), resolved once
+  per request from its options and the checkpoint's ``InferenceConfig``; ``Engine.plan`` is also the
+  scheduler's batch key. The one loop (model/infer/sampler.py) runs it.
+- Over-window input is treated the same on both endpoints: beyond the model's context window
+  (``context_length`` tokens of prompt) it is rejected with ``ContextTooLongError``; within it, a
+  checkpoint with ``window_tokens`` reads only that many (the cut training used) and the completion
+  says how many prompt tokens were dropped (``dropped_tokens``).
+- The canvas grows: a FIM request's canvas starts at the checkpoint's ``fim_max_tokens`` (a one-line
+  request's at ``line_max_tokens``), or the request's ``max_tokens`` if smaller, and gains a block at
+  a time only while the answer goes on, so a short answer costs the same whatever larger
+  ``max_tokens`` a client sends.
+- Stop sequences cut the decoded text, and they also end decoding early: once the committed start of
+  a row's answer (every position up to the first undecided one) holds a stop sequence, nothing after
+  it can change the returned text, so the row ends there (the sampler's ``done`` hook). The text is
+  the same as decoding the whole canvas and cutting afterwards; the steps are fewer (the LSP's
+  mid-line completions stop at the first newline).
+- ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
+  masked); ``complete`` is the batch of one.
+- A single-line FIM request (its stops include "\n") is also decoded on the checkpoint's
+  ``line_canvases`` shorter than its own canvas, as extra rows of the same batch, and the answer the
+  model finds likeliest wins: the highest sum of log-confidences over what the score aggregates
+  (the answer's tokens and its end). Training pads each answer with 1-49 end-of-text tokens, so the
+  canvas length is a length prior, and the best length differs per line (docs/experiments.md). Each
+  row keeps its own canvas, so the extra rows do not change the request's own row (sampler.py). A
+  row ends as soon as another row of its request has finished with a likelihood its committed start
+  already falls below (model/infer/ensemble.py): it could not win, so that saves steps and changes no answer.
+- A FIM row also ends once the shared trimming (protocol/postprocess.py ``settled``) has cut its
+  committed text for good (a dedent out of the hole, a repeated line, runaway repetition): what it
+  would write next is never shown, so a runaway answer costs what its trimmed text costs, whatever
+  ``max_tokens`` says. The raw text is then the committed start; the shown text is the same.
+- A single-line FIM request also gets its effort's step budget (``line_steps``, rules.StepBudget):
+  each block takes at most that many steps, the last committing whatever is still masked. Multi-line
+  requests keep no budget (a 32-token block of code in 4 steps would be 8 tokens a step, far past
+  what one line's measurements cover), so they plan, and batch, apart.
+- Edit completions carry a score (aggregate of the per-token confidences, model/infer/scoring.py) and
+  whether it clears the checkpoint's selectivity threshold; an answer equal to the region, or one
+  that moves only its layout (model/infer/scoring.py ``layout_only``), is reported as ``unchanged``.
+- FIM completions carry the same score and whether it clears the checkpoint's ``fim_threshold``. A
+  blank answer (nothing, or only whitespace) proposes nothing, so it never counts as above the
+  threshold, as an unchanged rewrite never does for edits. The text is always the model's: hiding
+  it is the caller's decision (the server answers "", editserver/server/outcome.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from editserver.model.infer.cache import Rows
+from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
+from editserver.model.infer.draft import draft_region, step_drafts
+from editserver.model.infer.ensemble import done_hook
+from editserver.model.infer.layout import InPlaceLayout, layout_for
+from editserver.model.infer.plan import DecodePlan, plan_for, resolve_effort
+from editserver.model.infer.sampler import Hooks, SampleResult, Tokens, denoise
+from editserver.model.infer.scoring import aggregate, layout_only
+from editserver.model.infer.transformer import ContextTooLongError
+from editserver.protocol.postprocess import settled
+from editserver.protocol.prompt import EditPrompt, parse_prompt
+
+
+@dataclass
+class SamplingOptions:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    presence_penalty: float = 0.0
+    stop: list[str] = field(default_factory=list)
+    effort: str | None = None  # None: the checkpoint's default effort
+    threshold: float | None = None  # overrides the effort's unmasking threshold
+    block_size: int | None = None  # overrides the effort's semi-autoregressive block size
+    line_steps: int | None = None  # overrides the effort's single-line step budget (0: no budget)
+    sequential: bool = False  # one token per step (the quality baseline): the most confident
+    left_to_right: bool = False  # with ``sequential``: the leftmost still-masked position each step
+    seed: int = 0
+    on_step: Callable[[str], None] | None = None  # called with the whole current draft each step
+    cancel: threading.Event | None = None  # set it to stop decoding
+
+
+@dataclass
+class FimRequest:
+    prefix: str
+    suffix: str = ""
+    max_tokens: int | None = None
+    options: SamplingOptions = field(default_factory=SamplingOptions)
+
+
+@dataclass
+class EditRequest:
+    prompt: str  # Inception's next-edit layout (protocol/prompt.py)
+    max_tokens: int | None = None
+    options: SamplingOptions = field(default_factory=SamplingOptions)
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str  # "stop" | "length" | "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+    score: float  # aggregate confidence in [0, 1]
+    token_confidences: list[float]
+    steps: int
+    model_calls: int
+    latency_s: float
+    # next edit only
+    region: str | None = None  # the editable region as sent (without the cursor tag)
+    unchanged: bool = False
+    # FIM: a non-blank answer scoring at least ``fim_threshold``; next edit: a changed rewrite
+    # scoring at least ``selectivity_threshold``
+    above_threshold: bool = True
+    # what ``score`` aggregates: ``token_confidences`` plus the decision to stop there (``_scored``)
+    scored_confidences: list[float] = field(default_factory=list)
+    # the stop sequence the text was cut at; None when the answer ended at end-of-text or the canvas
+    # end (both are finish_reason "stop"/"length" too, so this is how a caller tells them apart)
+    stop_sequence: str | None = None
+    row_steps: int = 0  # canvas rows the steps computed
+    dropped_tokens: int = 0  # prompt tokens beyond the window the model reads (far end first)
+    canvas_tokens: int = 0  # the canvas the answer was decoded on (the winning length of a line request)
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.completion_tokens / self.steps if self.steps else 0.0
+
+
+class Engine:
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        device: str = "cpu",
+        cache: str = "default",
+        max_context: int | None = None,
+    ):
+        if cache not in ("default", "exact"):
+            raise ValueError(f"cache must be default or exact, got {cache!r}")
+        self.ck = checkpoint
+        self.model = checkpoint.model.to(device).eval()
+        self.tok = checkpoint.tokenizer
+        self.inference = checkpoint.inference
+        self.device = device
+        self.context_length = min(self.model.cfg.max_seq_len, max_context or self.model.cfg.max_seq_len)
+        self.layout = layout_for(checkpoint)
+        self.cache = self.layout.exact_cache if cache == "exact" else self.layout.cache
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | None = None,
+        device: str = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+        max_context: int | None = None,
+    ) -> Engine:
+        kw = {} if max_context is None else {"max_context": max_context}
+        return cls(load_checkpoint(path, device=device, dtype=dtype, **kw), device, max_context=max_context)
+
+    @property
+    def family(self) -> str:
+        return self.ck.family
+
+    @property
+    def dtype(self) -> str:
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def max_output_tokens(self) -> int:
+        return 1024
+
+    # ---- layout --------------------------------------------------------------------------------
+    @property
+    def window(self) -> int:
+        """Prompt tokens the model actually reads: the checkpoint's training window, else its context."""
+        return self.inference.window_tokens or self.context_length
+
+    def _fim_canvas(self, req: FimRequest) -> int:
+        """The request's canvas cap: its ``max_tokens`` (else the checkpoint's), at most
+        ``max_output_tokens``; not validated here (``_layout`` rejects one below 1)."""
+        n = req.max_tokens if req.max_tokens is not None else self.inference.fim_max_tokens
+        return min(n, self.max_output_tokens)
+
+    def _check_prompt(self, prompt_tokens: int) -> None:
+        if prompt_tokens > self.context_length:
+            raise ContextTooLongError(
+                f"prompt of {prompt_tokens} tokens exceeds the context window of {self.context_length} tokens"
+            )
+
+    def fim_layout(self, req: FimRequest, canvas: int) -> tuple[list[int], list[int] | None, int]:
+        """Context ids, suffix ids (in-place layouts; None otherwise) and the prompt tokens the window
+        dropped, of a FIM request decoded on a ``canvas``-token canvas (model/infer/layout.py)."""
+        pre, suf = self.tok.encode(req.prefix), self.tok.encode(req.suffix)
+        self._check_prompt(len(pre) + len(suf) + self.layout.fim_overhead)
+        return self.layout.fim(pre, suf, canvas, self.inference.window_tokens)
+
+    def fim_context(self, req: FimRequest, canvas: int) -> tuple[list[int], int]:
+        """The context ids of a FIM request on a ``canvas``-token canvas and the prompt tokens dropped."""
+        ctx, _, dropped = self.fim_layout(req, canvas)
+        return ctx, dropped
+
+    def _edit_context(self, req: EditRequest) -> tuple[list[int], EditPrompt, int, int]:
+        """Context ids, the parsed prompt, the canvas length and the prompt tokens dropped."""
+        parsed = parse_prompt(req.prompt)  # raises PromptError on malformed prompts
+        region_tokens = len(self.tok.encode(parsed.region))
+        canvas = region_tokens + self.inference.edit_slack_tokens
+        if req.max_tokens is not None:
+            canvas = min(canvas, req.max_tokens)
+        ids, full, dropped = self.layout.edit(
+            req.prompt, parsed, canvas, self.inference.window_tokens, self.context_length
+        )
+        self._check_prompt(full)
+        return ids, parsed, canvas, dropped
+
+    def _check_fits(self, prompt_tokens: int, canvas: int) -> None:
+        if prompt_tokens + canvas > self.context_length:
+            raise ContextTooLongError(
+                f"prompt of {prompt_tokens} tokens plus {canvas} output tokens exceeds the "
+                f"context window of {self.context_length} tokens"
+            )
+
+    # ---- the decode plan -----------------------------------------------------------------------
+    @staticmethod
+    def kind_of(req: FimRequest | EditRequest) -> str:
+        if isinstance(req, EditRequest):
+            return "edit"
+        return "line" if "\n" in req.options.stop else "fim"
+
+    def plan(self, req: FimRequest | EditRequest) -> DecodePlan:
+        """Everything the request's decode needs (model/infer/plan.py); ValueError on bad options."""
+        return plan_for(self.inference, req.options, self.kind_of(req), self.cache)
+
+    def resolve_effort(self, effort: str | None, edit: bool = False) -> str:
+        """The effort a request runs at (model/infer/plan.py ``resolve_effort``)."""
+        return resolve_effort(self.inference, effort, "edit" if edit else "fim")
+
+    # ---- entry point ---------------------------------------------------------------------------
+    def complete(self, req: FimRequest | EditRequest) -> Completion:
+        return self.complete_batch([req])[0]
+
+    def complete_batch(self, reqs: list[FimRequest] | list[EditRequest]) -> list[Completion]:
+        """Answers to requests that share one decode plan (ValueError otherwise)."""
+        if not reqs:
+            return []
+        plan = self.plan(reqs[0])
+        if any(self.plan(r) != plan for r in reqs[1:]):
+            raise ValueError("a batch holds requests of one decode plan")
+        rows: list[FimRequest | EditRequest] = list(reqs)
+        groups = [[i] for i in range(len(reqs))]  # each request's rows, its own canvas first
+        for i, r in enumerate(reqs):
+            own = self._fim_canvas(r) if isinstance(r, FimRequest) else 0
+            for n in plan.line_canvases:
+                if n < own:
+                    groups[i].append(len(rows))
+                    rows.append(dataclasses.replace(r, max_tokens=n))
+        outs = self._decode(rows, plan, groups)
+        # max keeps the first of equals: a tie goes to the request's own canvas
+        return [max((outs[j] for j in g), key=line_likelihood) for g in groups]
+
+    def _layout(self, reqs: list[FimRequest | EditRequest]) -> tuple[list, list, list[int], list, list[int]]:
+        """Each row's context ids, suffix ids (or None), canvas length, parsed edit prompt (None for
+        FIM) and prompt tokens dropped."""
+        contexts, suffixes, canvas_lens, parsed, dropped = [], [], [], [], []
+        for r in reqs:
+            suf, p = None, None
+            if isinstance(r, FimRequest):
+                n = self._fim_canvas(r)
+                if n < 1:
+                    raise ValueError("max_tokens must be at least 1")
+                ctx, suf, d = self.fim_layout(r, n)
+            else:
+                ctx, p, n, d = self._edit_context(r)
+            contexts.append(ctx)
+            suffixes.append(suf)
+            canvas_lens.append(n)
+            parsed.append(p)
+            dropped.append(d)
+        return contexts, suffixes, canvas_lens, parsed, dropped
+
+    def _rows(self, contexts: list[list[int]], canvas_lens: list[int], suffixes: list | None = None) -> Rows:
+        suffixes = suffixes if suffixes is not None else [None] * len(contexts)
+        return self.layout.rows(contexts, suffixes, canvas_lens, self.inference, self.device)
+
+    @staticmethod
+    def _ends(reqs: list) -> list:
+        """Per row, when a FIM answer is decided: once the shared trimming (protocol/postprocess.py
+        ``settled``) cuts its committed text for good, nothing more it writes can be shown."""
+        return [
+            functools.partial(settled, prefix=r.prefix, suffix=r.suffix)
+            if isinstance(r, FimRequest)
+            else None
+            for r in reqs
+        ]
+
+    def _hooks(self, reqs: list, contexts: list[list[int]], groups: list[list[int]]) -> Hooks:
+        o = reqs[0].options
+        observe = None
+        if o.on_step is not None:
+            cb = o.on_step
+
+            def observe(canvas: torch.Tensor) -> None:
+                cb(self._draft(canvas[0]))
+
+        draft = None
+        if self.model.cfg.canvas_draft:  # FIM rows have no region: None, no draft
+            draft = step_drafts([draft_region(c, self.tok) for c in contexts], self.tok.eot_id)
+        return Hooks(
+            observe=observe,
+            done=done_hook(
+                [r.options.stop for r in reqs], groups, self.tok.decode, self.tok.eot_id, self._ends(reqs)
+            ),
+            draft=draft,
+            should_stop=(o.cancel.is_set if o.cancel is not None else None),
+        )
+
+    def _decode(
+        self, reqs: list[FimRequest | EditRequest], plan: DecodePlan, groups: list[list[int]]
+    ) -> list[Completion]:
+        t0 = time.perf_counter()
+        contexts, suffixes, canvas_lens, parsed, dropped = self._layout(reqs)
+        canvas_len = max(canvas_lens)
+        first = None
+        if plan.kind != "edit":  # the canvas grows from the checkpoint's first canvas (module docstring)
+            start = self.inference.line_max_tokens if plan.kind == "line" else self.inference.fim_max_tokens
+            first = max(min(n, start) for n in canvas_lens)
+        for ctx, suf in zip(contexts, suffixes):
+            self._check_fits(len(ctx) + len(suf or ()), canvas_len if first is None else first)
+        # read at every decode, not once at load: ``self.inference`` may be replaced (server overrides)
+        self.model.draft_bias = self.inference.draft_bias
+        res = denoise(
+            self.model,
+            self._rows(contexts, canvas_lens, suffixes),
+            canvas_len,
+            plan,
+            Tokens(self.tok.mask_id, self.tok.eot_id, tuple(self.suppressed_ids())),
+            first_width=first,
+            generator=torch.Generator(device=self.device).manual_seed(plan.sampling.seed),
+            hooks=self._hooks(reqs, contexts, groups),
+        )
+        latency = time.perf_counter() - t0
+        out = []
+        for i, r in enumerate(reqs):
+            c = self._completion(res, i, r, len(contexts[i]), canvas_lens[i], latency)
+            c.dropped_tokens = dropped[i]
+            p = parsed[i]
+            if p is not None:
+                c.text = self.layout.answer(c.text)
+                c.region = p.region
+                c.unchanged = c.text == p.region or layout_only(p.region, c.text)
+                c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold
+            else:
+                c.above_threshold = bool(c.text.strip()) and c.score >= self.inference.fim_threshold
+            out.append(c)
+        return out
+
+    def _completion(
+        self, res: SampleResult, i: int, r: FimRequest | EditRequest, prompt: int, canvas: int, latency: float
+    ) -> Completion:
+        """Row ``i`` of a decode as text, cut at its first stop sequence."""
+        n = min(int(res.lengths[i]), canvas)
+        toks = res.tokens[i, :n].tolist()
+        confs = res.confidences[i, :n].tolist()
+        text = self.tok.decode(toks)
+        finish = "stop" if bool(res.finished[i]) and int(res.lengths[i]) < canvas else "length"
+        matched = None
+        for s in r.options.stop:
+            cut = text.find(s) if s else -1
+            if cut >= 0:
+                text, finish, matched = text[:cut], "stop", s
+        if res.cancelled:
+            finish = "cancelled"
+        scored = self._scored(res, i, n, confs)
+        return Completion(
+            text=text,
+            finish_reason=finish,
+            prompt_tokens=prompt,
+            completion_tokens=n,
+            score=aggregate(scored, self.inference.score_aggregate),
+            token_confidences=confs,
+            steps=res.steps,
+            model_calls=res.model_calls,
+            row_steps=res.row_steps,
+            latency_s=latency,
+            scored_confidences=scored,
+            stop_sequence=matched,
+            canvas_tokens=canvas,
+        )
+
+    def suppressed_ids(self) -> list[int]:
+        """Layout tags the sampler never proposes (every special token but end-of-text)."""
+        return [i for i in self.tok.special_ids.values() if i != self.tok.eot_id]
+
+    @torch.no_grad()
+    def middle_ce(self, req: FimRequest, middle: str, left_to_right: bool = False) -> float:
+        """Mean cross-entropy (nats/token) of ``middle`` and its end-of-text on a FIM canvas: a smooth
+        quality signal for benchmarks where a weak model's pass@1 is near zero.
+
+        Fully masked (the default): every answer token scored from the context alone, the t = 1 term
+        of the diffusion loss (model/train/diffusion.py). ``left_to_right``: answer token k scored with
+        tokens < k written and the rest still masked (teacher forcing), the state a block-of-one
+        decode meets at each step, so it tracks what greedy decoding can get right."""
+        n = req.max_tokens if req.max_tokens is not None else self.inference.fim_max_tokens
+        if isinstance(self.layout, InPlaceLayout):
+            return self._middle_ce_in_place(req, middle, n, left_to_right)
+        ctx, _ = self.fim_context(req, n)
+        target = [*self.tok.encode(middle), self.tok.eot_id][:n]
+        T = len(target)
+        mask = self.tok.mask_id
+        if left_to_right:  # row k: the answer's first k tokens, then masks; scored at position k
+            rows = [ctx + target[:k] + [mask] * (n - k) for k in range(T)]
+            scored_at = [len(ctx) + k for k in range(T)]
+        else:  # one fully masked row scored at every answer position
+            rows, scored_at = [ctx + [mask] * n], [len(ctx) + k for k in range(T)]
+        ids = torch.tensor(rows, device=self.device)  # [R, Lc + n]
+        which = torch.arange(T, device=self.device) if left_to_right else torch.zeros(T, dtype=torch.long)
+        scored = self.model(
+            ids,
+            context_lens=torch.full((len(rows),), len(ctx), device=self.device),
+            logits_index=(which.to(self.device), torch.tensor(scored_at, device=self.device)),
+        ).float()  # [T, V]; only these positions are projected, as training does
+        # over the tokens the sampler may propose: never the mask or a layout tag (denoise)
+        scored[:, [mask, *self.suppressed_ids()]] = float("-inf")
+        return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
+
+    def _middle_ce_in_place(self, req: FimRequest, middle: str, n: int, left_to_right: bool) -> float:
+        """``middle_ce`` on an in-place layout, through its exact cache policy (one row per state)."""
+        ctx, suf, _ = self.fim_layout(req, n)
+        target = [*self.tok.encode(middle), self.tok.eot_id][:n]
+        T, mask = len(target), self.tok.mask_id
+        canvases = [target[:k] + [mask] * (n - k) for k in range(T)] if left_to_right else [[mask] * n]
+        R = len(canvases)
+        policy = self.layout.exact_cache
+        state = policy.prepare(self.model, self._rows([ctx] * R, [n] * R, [suf] * R))
+        want = torch.zeros((R, n), dtype=torch.bool, device=self.device)  # [R, n]
+        if left_to_right:
+            want[torch.arange(T), torch.arange(T)] = True
+        else:
+            want[0, :T] = True
+        canvas = torch.tensor(canvases, device=self.device)  # [R, n]
+        scored = policy.logits(self.model, state, canvas, slice(0, n), None, want).float()  # [T, V]
+        scored[:, [mask, *self.suppressed_ids()]] = float("-inf")
+        return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
+
+    @staticmethod
+    def _scored(res, i: int, n: int, confs: list[float]) -> list[float]:
+        """Confidences that make the score: the answer's tokens and the decision to stop there.
+
+        The first end-of-text was chosen by the model (later ones are filled), so its confidence says
+        how sure the model is that the answer ends here; an empty answer is scored by it alone.
+        """
+        if n < res.tokens.shape[1] and bool(res.finished[i]):
+            return [*confs, float(res.confidences[i, n])]
+        return confs
+
+    def _draft(self, row: torch.Tensor) -> str:
+        """A canvas as text: masks shown as nothing, stopped at the first end-of-text."""
+        toks = row.tolist()
+        if self.tok.eot_id in toks:
+            toks = toks[: toks.index(self.tok.eot_id)]
+        return self.tok.decode(t for t in toks if t != self.tok.mask_id)
+
+
+def line_likelihood(c: Completion) -> float:
+    """log P(answer, its end) under the model, as committed: sum of log-confidences (an empty answer
+    is scored by its end alone), so a longer answer must earn each extra token."""
+    return sum(math.log(max(x, 1e-9)) for x in c.scored_confidences)

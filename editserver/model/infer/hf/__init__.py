@@ -1,0 +1,78 @@
+"""Open-weight diffusion code models from a Hugging Face directory (Dream, Open-dCoder, LLaDA families).
+
+Design decisions:
+- ``load_open_checkpoint(dir)`` returns the same ``Checkpoint`` our own models load into, with a
+  family name and an ``InferenceConfig`` of defaults, so the engine, the server, the replay and the
+  benchmarks take either without knowing which.
+- The context served is the config's ``max_position_embeddings`` capped by the server's
+  ``max_context``; a cap above the model's own is allowed, a model longer than the cap is served at
+  the cap, and a cap below 1 is an error.
+- A vocabulary that disagrees with the tokenizer (an id the tokenizer can produce that the embedding
+  lacks) and a mask id outside the vocabulary are refused at load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig
+from editserver.model.infer.hf.families import UnsupportedModelError, detect
+from editserver.model.infer.hf.loader import load_weights, shard_files
+from editserver.model.infer.hf.tokenizer import OpenTokenizer
+
+__all__ = ["UnsupportedModelError", "is_open_dir", "load_open_checkpoint", "open_inference"]
+
+
+def is_open_dir(d: Path) -> bool:
+    """Whether ``d`` is a Hugging Face model directory (config.json without our ``model`` section)."""
+    path = d / "config.json"
+    if not path.is_file():
+        return False
+    try:
+        cfg = json.loads(path.read_text())
+    except ValueError:
+        return False
+    return not ("model" in cfg and "inference" in cfg)
+
+
+def open_inference() -> InferenceConfig:
+    """Decode settings for open models: our defaults, with one-line FIM also tried on a 16-token canvas."""
+    return dataclasses.replace(InferenceConfig(), line_canvases=(16,))
+
+
+def load_open_checkpoint(d: Path, device: str, dtype: torch.dtype, max_context: int = CONTEXT_LENGTH):
+    from editserver.model.infer.checkpoint import Checkpoint
+
+    if max_context < 1:
+        raise ValueError(f"max_context must be at least 1, got {max_context}")
+    for f in ("config.json", "tokenizer.json"):
+        if not (d / f).is_file():
+            raise FileNotFoundError(f"{d} is not a model directory (missing {f})")
+    shard_files(d)  # a missing shard fails before anything is built
+    raw = json.loads((d / "config.json").read_text())
+    tok_cfg_path = d / "tokenizer_config.json"
+    tok_cfg = json.loads(tok_cfg_path.read_text()) if tok_cfg_path.is_file() else {}
+    from tokenizers import Tokenizer as HFTokenizer
+
+    try:
+        hf_tok = HFTokenizer.from_file(str(d / "tokenizer.json"))
+    except Exception as exc:  # the tokenizers library raises a bare Exception
+        detect(raw, 0)  # an unknown family is the clearer error
+        raise ValueError(f"cannot read {d / 'tokenizer.json'}: {exc}") from None
+    cfg = detect(raw, OpenTokenizer.find_mask(hf_tok, tok_cfg))
+    cfg = dataclasses.replace(cfg, max_seq_len=min(cfg.max_position_embeddings, max_context))
+    tok = OpenTokenizer(hf_tok, tok_cfg, raw)
+    if tok.vocab_size > cfg.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {tok.vocab_size} tokens but the model's vocabulary has {cfg.vocab_size}"
+        )
+    if not 0 <= cfg.mask_id < cfg.vocab_size:
+        raise ValueError(f"mask token id {cfg.mask_id} lies outside the vocabulary of {cfg.vocab_size}")
+    tok.mask_id = cfg.mask_id
+    model = load_weights(d, cfg, device, dtype)
+    meta = {"family": cfg.family, "source": str(d), "dtype": str(dtype).removeprefix("torch.")}
+    return Checkpoint(model, tok, open_inference(), meta, family=cfg.family)

@@ -1,0 +1,154 @@
+"""Our transformer for open-weight diffusion families (Qwen2 layout, LLaMA-like LLaDA), fully bidirectional.
+
+Design decisions:
+- One module for every family (model/infer/hf/families.py ``OpenConfig``): q/k/v biases on or off,
+  tied or separate head, GQA. Parameter names follow the Qwen2 layout without the ``model.`` prefix,
+  so a Dream directory loads by stripping a prefix and LLaDA's names map one to one.
+- Hot-path ops go through ``model.infer.ops`` (rmsnorm, rotary, attention, swiglu), so the Triton
+  kernels serve these models on CUDA exactly as they serve ours; on CPU the PyTorch references run.
+- No causal mask anywhere: these models were trained with full attention over ``prefix [MASK]*n
+  suffix``. Rows of unequal length are right-padded and their padding is a key mask; rotary
+  positions are each row's own 0..L-1, so a padded row computes what it would alone.
+- Three entry points: ``forward`` (raw logits of every position, for tests and scoring), ``encode``
+  (hidden states and every layer's keys/values: the dual cache's refresh) and ``encode_span``
+  (hidden states of a few positions per row against cached keys/values with those positions' own
+  fresh ones: the dual cache's step). Reading logits with or without the one-position shift is the
+  cache policy's job (model/infer/cache.py), told by ``cfg.shift``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from editserver.model.infer import ops
+from editserver.model.infer.hf.families import OpenConfig
+from editserver.model.infer.transformer import ContextTooLongError, rope_tables
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.rmsnorm(x, self.weight, self.eps)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: OpenConfig):
+        super().__init__()
+        self.h, self.hkv, self.hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin, mask, past=None):
+        B, L, _ = x.shape
+        q = self.q_proj(x).view(B, L, self.h, self.hd)
+        k = self.k_proj(x).view(B, L, self.hkv, self.hd)
+        v = self.v_proj(x).view(B, L, self.hkv, self.hd)
+        q, k = ops.rotary(q, k, cos, sin)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, L, D]
+        out = ops.attention(q, k, v, mask, past=past)  # [B, H, L, D]
+        return self.o_proj(out.transpose(1, 2).reshape(B, L, -1)), k, v
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: OpenConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.up_proj = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.down_proj = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(ops.swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: OpenConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.self_attn = SelfAttention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, mask, past=None):
+        h, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
+        x, normed = ops.add_rmsnorm(
+            x, h, self.post_attention_layernorm.weight, self.post_attention_layernorm.eps
+        )
+        return x + self.mlp(normed), k, v
+
+
+class OpenModel(nn.Module):
+    def __init__(self, cfg: OpenConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.draft_bias = 0.0  # the engine sets it for our own models; open models have no draft
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V] of hidden states [..., dim] (final norm, then the head)."""
+        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(self.norm(h), w)
+
+    def _check_len(self, total: int) -> None:
+        if self.cfg.max_seq_len and total > self.cfg.max_seq_len:
+            raise ContextTooLongError(
+                f"input of {total} tokens exceeds the model's context window of {self.cfg.max_seq_len}"
+            )
+
+    def _tables(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
+        dtype = self.embed_tokens.weight.dtype
+        return cos.to(dtype), sin.to(dtype)
+
+    def encode(
+        self, ids: torch.Tensor, valid: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Hidden states [B, L, dim] of right-padded rows ids [B, L] (valid [B, L]: False = padding)
+        and every layer's keys/values [B, Hkv, L, D]."""
+        B, L = ids.shape
+        self._check_len(L)
+        pos = torch.arange(L, device=ids.device).expand(B, L)
+        cos, sin = self._tables(pos)
+        mask = None if valid is None or bool(valid.all()) else valid[:, None, None, :]  # [B, 1, 1, L]
+        x, kv = self.embed_tokens(ids), []
+        for layer in self.layers:
+            x, k, v = layer(x, cos, sin, mask)
+            kv.append((k, v))
+        return x, kv
+
+    def encode_span(
+        self,
+        ids: torch.Tensor,  # [B, n] tokens of the span
+        pos: torch.Tensor,  # [B, n] their positions (and rotary positions)
+        fresh: torch.Tensor,  # [B, n] bool: span keys that exist (False: past a row's end)
+        kv: list[tuple[torch.Tensor, torch.Tensor]],  # cached [B, Hkv, L, D] per layer
+        cached: torch.Tensor,  # [B, L] bool: cached keys to attend (the span's own are recomputed)
+    ) -> torch.Tensor:
+        """Hidden states [B, n, dim] of a span attending to the cached keys plus its own fresh ones."""
+        cos, sin = self._tables(pos)
+        mask = torch.cat([cached, fresh], dim=1)[:, None, None, :]  # [B, 1, 1, L + n]
+        x = self.embed_tokens(ids)
+        for layer, past in zip(self.layers, kv):
+            x, _, _ = layer(x, cos, sin, mask, past)
+        return x
+
+    def forward(self, ids: torch.Tensor, seq_lens: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw logits [B, L, V] of every position (no shift applied); seq_lens [B] marks padding."""
+        valid = None
+        if seq_lens is not None:
+            valid = torch.arange(ids.shape[1], device=ids.device)[None, :] < seq_lens[:, None]
+        h, _ = self.encode(ids, valid)
+        return self.head(h)

@@ -1,0 +1,169 @@
+"""Where a request's tokens sit, per model family: the seam between the engine and the one denoising loop.
+
+Design decisions:
+- A layout builds a decode's ``Rows`` (model/infer/cache.py) from a FIM or next-edit request, names
+  the cache policy the family decodes with (and its exact reference), and turns a decoded edit answer
+  back into region text. The engine asks its layout and never the family; the loop
+  (model/infer/sampler.py) sees only Rows and a policy.
+- ``OwnLayout``: this project's checkpoints. FIM is ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>``
+  then the canvas; an edit is the prompt, ``<|rewrite|>``, then the canvas (at the region's rotary
+  positions when the checkpoint was trained so). The context never attends to the canvas, so the
+  context cache is exact (``ContextCache``). Inputs are cut to the checkpoint's training window.
+- ``InPlaceLayout``: open-weight diffusion models trained with full attention over ``prefix
+  [MASK]*n suffix`` and no FIM tokens. The canvas sits between prefix and suffix at contiguous
+  positions (``Rows.suffix``); a family that shifts its logits needs a token before the canvas, so an
+  empty prefix gets the begin-of-text (or end-of-text) token. Next edit: the Inception prompt as
+  the user's turn of the chat template (raw when there is none), the rewrite on a canvas after it;
+  the answer's region is the inside of its code fence or region tags when it wrote them; a prompt
+  longer than the context is cut as our own model's window cuts (``fit_prompt``), and the
+  completion reports the tokens dropped. Decoding
+  uses Fast-dLLM's dual cache (``DualCache``), approximate; ``InPlaceNoCache`` is the exact reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from editserver.model.infer.cache import CachePolicy, ContextCache, DualCache, InPlaceNoCache, NoCache, Rows
+from editserver.protocol.prompt import (
+    CURSOR,
+    EDIT_CLOSE,
+    EDIT_OPEN,
+    EditPrompt,
+    edit_canvas_pos,
+    fim_window,
+    fit_prompt,
+    parse_edit_response,
+)
+
+
+def _pad(seqs: list[list[int]], fill: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded [B, L] ids and their lengths [B]."""
+    L = max(1, max(len(s) for s in seqs))
+    ids = torch.full((len(seqs), L), fill, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return ids.to(device), torch.tensor([len(s) for s in seqs], device=device)
+
+
+class OwnLayout:
+    """This project's FIM and next-edit layouts (the training layouts, model/train/data.py)."""
+
+    family = "editserver"
+    fim_overhead = 3  # the three FIM tags
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.cache: CachePolicy = ContextCache()
+        self.exact_cache: CachePolicy = NoCache()
+
+    def fim(
+        self, pre: list[int], suf: list[int], canvas: int, window: int | None
+    ) -> tuple[list[int], list[int] | None, int]:
+        """Context ids, suffix ids (None: no text after the canvas) and prompt tokens dropped."""
+        t, dropped = self.tok, 0
+        if window is not None:
+            # the same cut as training rows (model/train/data.py), never below half the window
+            n_pre, n_suf = fim_window(len(pre), len(suf), max(window // 2, window - min(canvas, window) - 3))
+            dropped = len(pre) - n_pre + len(suf) - n_suf
+            pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
+        return [t.fim_prefix_id, *pre, t.fim_suffix_id, *suf, t.fim_middle_id], None, dropped
+
+    def edit(
+        self, prompt: str, parsed: EditPrompt, canvas: int, window: int | None, context: int
+    ) -> tuple[list[int], int, int]:
+        """Context ids, the prompt's token count to hold against the ``context`` and the prompt
+        tokens dropped."""
+        full = self.tok.encode(prompt)
+        # cut as training rows were; a region too long for the window keeps the whole prompt
+        fitted = (
+            None
+            if window is None
+            else fit_prompt(parsed, self.tok.encode, window - canvas - 1, self.tok.min_tokens)
+        )
+        ids = full if fitted is None else fitted[1]
+        return [*ids, self.tok.rewrite_id], len(full) + 1, len(full) - len(ids)
+
+    def rows(
+        self, contexts: list[list[int]], suffixes: list, canvas_lens: list[int], inference, device
+    ) -> Rows:
+        """The decode's rows; ``inference`` is read at every decode (a server may replace it)."""
+        ids, lens = _pad(contexts, self.tok.eot_id, device)
+        canvas_pos = None
+        if inference.edit_canvas_at_region:
+            region_open = self.tok.special_ids[EDIT_OPEN]
+            canvas_pos = torch.tensor(
+                [edit_canvas_pos(c, self.tok.rewrite_id, region_open) for c in contexts], device=device
+            )
+        return Rows(ids, lens, torch.tensor(canvas_lens, device=device), canvas_pos)
+
+    def answer(self, text: str) -> str:
+        return text
+
+
+class InPlaceLayout:
+    """Open-weight diffusion models: the canvas in place between prefix and suffix (module docstring)."""
+
+    fim_overhead = 1  # the begin-of-text an empty prefix may need
+
+    def __init__(self, tok, family: str, shift: bool):
+        self.tok = tok
+        self.family = family
+        self.shift = shift
+        self.cache: CachePolicy = DualCache()
+        self.exact_cache: CachePolicy = InPlaceNoCache()
+
+    def _lead(self, ids: list[int]) -> list[int]:
+        """A shifted family reads the canvas's first token from the position before it."""
+        if ids or not self.shift:
+            return ids
+        return [self.tok.bos_id if self.tok.bos_id is not None else self.tok.eot_id]
+
+    def fim(
+        self, pre: list[int], suf: list[int], canvas: int, window: int | None
+    ) -> tuple[list[int], list[int] | None, int]:
+        dropped = 0
+        if window is not None:
+            n_pre, n_suf = fim_window(len(pre), len(suf), max(window // 2, window - min(canvas, window) - 1))
+            dropped = len(pre) - n_pre + len(suf) - n_suf
+            pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
+        return self._lead(pre), suf, dropped
+
+    def edit(
+        self, prompt: str, parsed: EditPrompt, canvas: int, window: int | None, context: int
+    ) -> tuple[list[int], int, int]:
+        """A prompt longer than the context leaves room for the canvas by the cuts our own model's
+        window uses (snippets, outer file lines, old diffs; ``fit_prompt``); one that no cut fits is
+        returned whole, for the engine to reject."""
+        full = self._lead(self.tok.encode(self.tok.chat(prompt)))
+        if len(full) + canvas <= context:
+            return full, len(full), 0
+        fitted = fit_prompt(
+            parsed, lambda text: self._lead(self.tok.encode(self.tok.chat(text))), context - canvas
+        )
+        if fitted is None:
+            return full, len(full), 0
+        return fitted[1], len(fitted[1]), len(full) - len(fitted[1])
+
+    def rows(
+        self, contexts: list[list[int]], suffixes: list, canvas_lens: list[int], inference, device
+    ) -> Rows:
+        ids, lens = _pad(contexts, self.tok.eot_id, device)
+        suf, suf_lens = _pad([s or [] for s in suffixes], self.tok.eot_id, device)
+        return Rows(ids, lens, torch.tensor(canvas_lens, device=device), None, suf, suf_lens)
+
+    def answer(self, text: str) -> str:
+        """The rewritten region in a chat answer: inside its code fence or region tags, else as written."""
+        fenced = parse_edit_response(text)
+        if fenced is not None:
+            text = fenced
+        elif EDIT_OPEN in text:
+            text = text.split(EDIT_OPEN, 1)[1].split(EDIT_CLOSE, 1)[0].removeprefix("\n")
+        return text.replace(CURSOR, "")
+
+
+def layout_for(checkpoint) -> OwnLayout | InPlaceLayout:
+    """The layout of a loaded checkpoint (model/infer/checkpoint.py)."""
+    if checkpoint.family == "editserver":
+        return OwnLayout(checkpoint.tokenizer)
+    return InPlaceLayout(checkpoint.tokenizer, checkpoint.family, checkpoint.model.cfg.shift)

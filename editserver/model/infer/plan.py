@@ -1,0 +1,95 @@
+"""The decode plan: everything one decode needs, resolved in one place from the checkpoint's settings
+and a request's options.
+
+Design decisions:
+- ``plan_for(inference, options, kind, ...)`` is the only place an effort is resolved: a next-edit
+  request with no effort runs at the checkpoint's ``edit_effort``, everything else at the request's
+  effort or ``default_effort``, and every setting below follows from that one effort.
+- A plan is a frozen, hashable dataclass. Requests with equal plans decode in one batch and get the
+  answers they would get alone, so the plan is the scheduler's batch key.
+- The pieces are small objects, not string flags: the unmasking rule (model/infer/rules.py), the cache
+  policy (model/infer/cache.py, chosen by the model family), and plain numbers for the block, the
+  extra one-line canvases and sampling.
+- One-line FIM requests (their stops include a newline) are a kind of their own ("line"): they get the
+  effort's step budget (``line_steps``) and the checkpoint's ``line_canvases``, decoded as extra rows
+  whose likeliest answer wins (model/infer/engine.py). Measured on the shipped checkpoint:
+  docs/experiments.md, decoding rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from editserver.model.infer.cache import CachePolicy
+from editserver.model.infer.config import EffortPreset, InferenceConfig
+from editserver.model.infer.rules import (
+    JointRule,
+    LeftmostRule,
+    StepBudget,
+    ThresholdRule,
+    TopKRule,
+    UnmaskRule,
+)
+
+KINDS = ("fim", "line", "edit")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    presence_penalty: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    kind: str  # "fim" | "line" (a one-line FIM request) | "edit"
+    effort: str
+    rule: UnmaskRule
+    block_size: int
+    cache: CachePolicy
+    sampling: Sampling = Sampling()
+    line_canvases: tuple[int, ...] = ()  # shorter canvases also decoded for a "line" request
+
+
+def resolve_effort(inference: InferenceConfig, effort: str | None, kind: str) -> str:
+    """The effort a request runs at; ValueError naming the checkpoint's efforts for any other name."""
+    if not effort and kind == "edit":
+        effort = inference.edit_effort
+    effort = effort or inference.default_effort
+    if effort not in inference.efforts:
+        raise ValueError(f"effort must be one of {sorted(inference.efforts)}, got {effort!r}")
+    return effort
+
+
+def _rule(preset: EffortPreset, kind: str, options) -> UnmaskRule:
+    if options.sequential:
+        return LeftmostRule() if options.left_to_right else TopKRule(1)
+    if options.threshold is None and preset.gamma is not None:
+        stable = preset.stable if preset.stable is not None else float("inf")
+        one_copy = preset.one_copy and kind != "edit"
+        return JointRule(preset.gamma, preset.threshold, preset.margin, stable, one_copy)
+    return ThresholdRule(options.threshold if options.threshold is not None else preset.threshold)
+
+
+def plan_for(inference: InferenceConfig, options, kind: str, cache: CachePolicy) -> DecodePlan:
+    """The plan of a request of ``kind`` with ``options`` (model/infer/engine.py ``SamplingOptions``)
+    on a checkpoint with ``inference`` settings, decoded with the model family's ``cache`` policy.
+    ValueError on options that cannot be served, with the words a client sees."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    effort = resolve_effort(inference, options.effort, kind)
+    preset = inference.efforts[effort]
+    block = options.block_size if options.block_size is not None else preset.block_for(kind == "edit")
+    if block < 1:
+        raise ValueError(f"block_size must be at least 1, got {block}")
+    rule = _rule(preset, kind, options)
+    steps = options.line_steps if options.line_steps is not None else preset.line_steps
+    if steps is not None and steps < 0:
+        raise ValueError(f"line_steps must be at least 0 (0: no budget), got {steps}")
+    if kind == "line" and steps and not options.sequential:
+        rule = StepBudget(rule, steps)
+    sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
+    canvases = tuple(sorted(set(inference.line_canvases))) if kind == "line" else ()
+    return DecodePlan(kind, effort, rule, block, cache, sampling, canvases)
