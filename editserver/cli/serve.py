@@ -11,7 +11,9 @@ Design decisions:
 - ``--threads`` sets torch's intra-op threads before loading (0 keeps torch's default); on a shared
   CPU one or two threads keep the machine responsive.
 - The API key may come from ``$EDITSERVER_API_KEY`` so it does not show in the process list.
-- Binding to anything but loopback is allowed but warned about: the server has no TLS.
+- Binding to anything but loopback needs ``--api-key`` (or ``--insecure-no-auth``, said out loud);
+  otherwise ``serve`` prints one line and exits with status 2 before the port opens
+  (server/settings.py). With a key it is still warned about: the server has no TLS.
 - ``--model`` also takes a Hugging Face directory of an open-weight diffusion family
   (model/infer/hf/); the start prints one line on stderr with the family, parameters, dtype, device
   and load time, so a user sees what the port will serve. ``--dtype auto`` keeps our own checkpoints
@@ -29,6 +31,8 @@ import socket
 import sys
 import time
 from pathlib import Path
+
+from editserver.server.settings import MAX_BODY_BYTES, is_loopback
 
 
 class JsonFormatter(logging.Formatter):
@@ -81,6 +85,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--api-key",
         default=os.environ.get("EDITSERVER_API_KEY") or None,
         help="require 'Authorization: Bearer KEY' on /v1/* (default: $EDITSERVER_API_KEY)",
+    )
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="allow a non-loopback --host without --api-key (anyone who reaches the port can use it)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=MAX_BODY_BYTES,
+        help=f"larger request bodies are refused with 413 (default: {MAX_BODY_BYTES})",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin allowed to call the API (CORS), e.g. http://localhost:3000; repeatable "
+        "(default: none)",
     )
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (default 64)")
     p.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default 8)")
@@ -147,6 +170,9 @@ def run(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             dtype=args.dtype,
             max_context=args.max_context,
+            insecure_no_auth=args.insecure_no_auth,
+            max_body_bytes=args.max_body_bytes,
+            allow_origins=tuple(args.allow_origin),
         )
     except ValueError as exc:
         print(f"editserver serve: {exc}", file=sys.stderr)
@@ -167,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
             f"editserver serve: cannot load the model: {settings.model} is not a directory", file=sys.stderr
         )
         return 2
-    if settings.host not in ("127.0.0.1", "localhost", "::1"):
+    if not is_loopback(settings.host):
         log.warning(f"listening on {settings.host}: reachable from other machines, without TLS")
     from editserver.server.metrics import Metrics
     from editserver.server.replica import Replica, draining_server

@@ -7,7 +7,10 @@ Design decisions:
   the answer (responses.py). What a handler needs is one ``Served`` on ``app.state``. Inference never
   runs on the event loop.
 - Errors always have OpenAI's shape (errors.py): 422 names the invalid field, 400 for requests that
-  cannot be served (malformed prompt, beyond the 32K window), 401 bad key, 429 queue full.
+  cannot be served (malformed prompt, beyond the 32K window), 401 bad key, 413 body too large,
+  429 queue full.
+- Browsers: CORS headers only for ``serve --allow-origin`` origins (none by default), so a web page
+  the user happens to visit cannot call the local API with the user's code.
 - Next edit never returns "no prediction": when the model's rewrite is unchanged, truncated (ran out
   of canvas), empty (it would delete the whole region on a vacuous score) or scores below the
   checkpoint's selectivity threshold, the content is the region as sent, so Zed/Continue show nothing.
@@ -36,9 +39,10 @@ import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from editserver.model.infer.engine import Engine
-from editserver.server.errors import install_error_handlers
+from editserver.server.errors import BodyLimit, install_error_handlers
 from editserver.server.metrics import AccessLog, Metrics
 from editserver.server.routes import router
 from editserver.server.scheduler import Scheduler
@@ -97,7 +101,15 @@ def create_app(settings: Settings, engine: Engine | None = None, metrics: Metric
     )
     app.state.served = served
     app.state.engine, app.state.scheduler, app.state.metrics = engine, scheduler, metrics
-    app.add_middleware(AccessLog, metrics=metrics)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(AccessLog, metrics=metrics)  # outside BodyLimit: a 413 is logged and counted
+    if settings.allow_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.allow_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
     install_error_handlers(app)
     app.include_router(router)
     return app

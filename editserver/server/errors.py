@@ -4,7 +4,9 @@ Design decisions:
 - One place maps every failure to a status: 422 for a field that fails its schema (``param`` names the
   field as a dotted path, e.g. ``messages.0.role``), 400 for requests that parse but cannot be served
   (unparseable JSON, malformed next-edit prompt, input beyond the 32K window, bad option values),
-  401 bad key, 404/405 unknown route or model, 429 full queue (with ``Retry-After``), 503 while
+  401 bad key, 404/405 unknown route or model, 413 a body over ``--max-body-bytes`` (``BodyLimit``,
+  which answers before the body is read when Content-Length says so, and stops reading a chunked
+  body at the limit), 429 full queue (with ``Retry-After``), 503 while
   shutting down, 500 for anything unexpected (logged with its traceback, never shown to the client).
 - ``translate`` turns engine/scheduler exceptions into ``APIError``; unknown exceptions propagate to
   the 500 handler, so a bug is never disguised as a client error.
@@ -18,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from editserver.model.infer.transformer import ContextTooLongError
 from editserver.protocol.prompt import PromptError
@@ -94,6 +97,37 @@ def translate(exc: BaseException, param: str | None) -> APIError:
     raise exc
 
 
+def _too_large(limit: int) -> str:
+    return f"the request body is larger than this server accepts ({limit} bytes; serve --max-body-bytes)"
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is answered 413 in the OpenAI shape."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            return await error_response(
+                413, _too_large(self.limit), "invalid_request_error", None, "request_too_large"
+            )(scope, receive, send)
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:  # a chunked body: FastAPI re-raises HTTPException as it is
+                raise StarletteHTTPException(413, _too_large(self.limit))
+            return message
+
+        await self.app(scope, counted, send)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_req: Request, exc: APIError):
@@ -107,7 +141,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(exc.status_code, str(exc.detail), kind, None, None, exc.headers)
+        code = "request_too_large" if exc.status_code == 413 else None
+        return error_response(exc.status_code, str(exc.detail), kind, None, code, exc.headers)
 
     @app.exception_handler(Exception)
     async def _crash(_req: Request, exc: Exception):

@@ -31,7 +31,7 @@ from editserver.server.state import Served, served
 
 FEATURES = ["fim", "next_edit", "streaming", "diffusing", "reasoning_effort", "stop", "include_usage"]
 ERRORS: dict[int | str, dict[str, Any]] = {
-    s: {"model": ErrorResponse} for s in (400, 401, 422, 429, 500, 503)
+    s: {"model": ErrorResponse} for s in (400, 401, 413, 422, 429, 500, 503)
 }
 # One Server-Sent Event: ``data`` is a JSON chunk, or ``[DONE]`` at the end.
 SSE_EVENT = {

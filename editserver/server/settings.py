@@ -8,6 +8,11 @@ Design decisions:
 - ``fim_threshold`` / ``edit_threshold`` override the checkpoint's tuned thresholds for this server
   only (``serve --fim-threshold 0`` shows every non-blank completion of a checkpoint whose tuned
   threshold hides them all); None keeps the checkpoint's value, and the checkpoint is never edited.
+- Safe network defaults: a host other than loopback needs an API key (``insecure_no_auth`` is the
+  explicit, named way out), so the model and its answers about the user's code are never open to
+  the network by accident. Bodies are capped (``max_body_bytes``, 1 MiB: a full 32K-token prompt is
+  about 130 KB of JSON) and answered 413 beyond it; browsers get CORS headers only for the origins
+  listed in ``allow_origins`` (none by default).
 - ``max_output_tokens`` caps every canvas (FIM ``max_tokens`` and the edit rewrite) so an operator can
   bound worst-case latency on a CPU; requests asking for more are clamped, and the cap is what
   ``/v1/models`` reports as ``max_output_length``.
@@ -15,12 +20,24 @@ Design decisions:
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 # Inception's model names, accepted as aliases of whatever checkpoint is loaded (Zed sends
 # "mercury-coder", the Inception docs use "mercury-edit-2").
 MODEL_ALIASES = ("mercury-coder", "mercury-edit", "mercury-edit-2")
+MAX_BODY_BYTES = 1 << 20
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the port on this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve to anything
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,9 @@ class Settings:
     dtype: str = "auto"  # serving dtype: auto (bf16 where native, else fp32), fp32, bf16, fp16
     max_context: int = 32768  # the longest context served (an open model's own is capped to it)
     extra: dict = field(default_factory=dict)  # free-form provenance shown by /health
+    insecure_no_auth: bool = False  # allow a non-loopback host without api_key (module docstring)
+    max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies get 413
+    allow_origins: tuple[str, ...] = ()  # CORS: browser origins allowed to call the API; none by default
 
     def __post_init__(self) -> None:
         if self.max_queue < 1:
@@ -59,5 +79,13 @@ class Settings:
             raise ValueError(f"dtype must be auto, fp32, bf16 or fp16, got {self.dtype!r}")
         if self.max_context < 1:
             raise ValueError(f"max_context must be at least 1, got {self.max_context}")
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
+        if not is_loopback(self.host) and not self.api_key and not self.insecure_no_auth:
+            raise ValueError(
+                f"refusing to listen on {self.host} without --api-key: anyone who reaches the port could "
+                "use the model and read its answers (set --api-key or $EDITSERVER_API_KEY, or pass "
+                "--insecure-no-auth)"
+            )
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
