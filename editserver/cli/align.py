@@ -197,6 +197,13 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(e))
     except (ValueError, FileNotFoundError) as e:
         return _fail(str(e))
+    if stats["telemetry_without_prompts"]:
+        print(
+            f"{stats['telemetry_without_prompts']} telemetry suggestions were stored without their prompts "
+            "(telemetry.keepPrompts off, or past retentionDays/maxMegabytes) and cannot become examples; "
+            "replay output (--replay) gives KTO examples without keeping prompts",
+            flush=True,
+        )
     n_d = sum(e.desirable for e in examples)
     print(f"{len(examples)} examples: {n_d} desirable, {len(examples) - n_d} undesirable", flush=True)
     if stats:

@@ -5,7 +5,9 @@ Design decisions:
   ``bench``, ``align``), each exposing ``register(subparsers)`` that adds its parser and sets ``func``; heavy
   imports (torch, uvicorn) happen inside ``func`` so ``editserver --help`` is instant.
 - ``editserver lsp`` replaces this process with ``python -m editserver.lsp`` (same arguments, same stdio): the
-  language server sits above the HTTP API, so the server's package never imports it.
+  language server sits above the HTTP API, so the server's package never imports it. ``editserver
+  telemetry`` (purge what the language server recorded) hands over the same way, to
+  ``python -m editserver.lsp.telemetry_cli``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"editserver.cli.{name}").register(sub)
     # listed for --help; main() hands it over before argparse sees its arguments
     sub.add_parser("lsp", help="run the language server over stdio (editors start this; see --help)")
+    sub.add_parser("telemetry", help="the language server's local telemetry: `telemetry purge` deletes it")
     return parser
 
 
@@ -39,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lsp"]:
         os.execv(sys.executable, [sys.executable, "-m", "editserver.lsp", *argv[1:]])
+    if argv[:1] == ["telemetry"]:
+        os.execv(sys.executable, [sys.executable, "-m", "editserver.lsp.telemetry_cli", *argv[1:]])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

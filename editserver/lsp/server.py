@@ -16,6 +16,10 @@ Design decisions:
   ``editserver/nextEditPartial`` notification (same ``id`` as the final reply) as soon as it is
   vetted; the final reply still carries every kept edit, so a client that ignores partials loses
   nothing. A didChange cancels the document's in-flight next-edit request (and its HTTP calls).
+- Excluded files (``excludeFiles``, lsp/privacy.py) are decided here, where documents enter: kept in
+  sync, but never asked about, never a snippet, never in the edit history or a definition search.
+  ``editserver/status`` and ``editserver/info`` list the open ones with the pattern that matched, so
+  the clients can say why no suggestion comes.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from editserver.lsp.context import ParsedDocument, grammar_name
 from editserver.lsp.documents import UTF8, UTF16, UTF32, DocumentStore
 from editserver.lsp.history import EditHistory, RecentlyViewed
 from editserver.lsp.nextedit import Suggestion, region_info, suggest
+from editserver.lsp.privacy import Exclusions
 from editserver.lsp.settings import Settings, parse_settings, settings_from_change
 from editserver.lsp.telemetry import Telemetry, register_telemetry
 
@@ -100,7 +105,8 @@ class EditLanguageServer(LanguageServer):
         self.history = EditHistory()
         self.viewed = RecentlyViewed()
         self.fim = fim.FimScheduler()
-        self.telemetry = Telemetry(None, enabled=False)
+        self.telemetry = Telemetry(None, enabled=False, warn=self._warn)
+        self.excluded = Exclusions()  # open documents that excludeFiles keeps out
         self.client: ModelClient | None = None
         self.next_inflight: dict[str, asyncio.Task] = {}
         self.next_marker: dict[str, tuple] = {}  # per document: the edit history seen by its last request
@@ -119,12 +125,38 @@ class EditLanguageServer(LanguageServer):
         old = self.settings
         self.settings = settings
         self.history.max_events = settings.history_events
-        self.telemetry.configure(settings.telemetry.path, settings.telemetry.enabled)
+        t = settings.telemetry
+        self.telemetry.configure(
+            t.path, t.enabled, t.keep_prompts, t.retention_days, int(t.max_megabytes * (1 << 20))
+        )
+        if settings.excluded_patterns != old.excluded_patterns:
+            for uri in list(self.docs.docs):
+                self.check_excluded(uri)
         if not initial and self.client is not None:
             if settings.server_url != old.server_url or settings.autostart != old.autostart:
                 asyncio.ensure_future(self._restart_client())
             self.send_status()
         return warnings
+
+    def _warn(self, message: str) -> None:
+        """A warning from telemetry: shown at once, or after ``initialized`` if it comes earlier."""
+        if self.client is None:
+            self.pending_warnings.append(message)
+        else:
+            self.show(2, message)
+
+    def check_excluded(self, uri: str) -> str | None:
+        """Whether excludeFiles keeps the open document ``uri`` out; an excluded one is forgotten by
+        the edit history and the recently viewed snippets (it may have been in them before)."""
+        try:
+            full = to_fs_path(uri) or uri
+        except Exception:
+            full = uri
+        pattern = self.excluded.check(uri, (self.path_of(uri), full), self.settings.excluded_patterns)
+        if pattern is not None:
+            self.history.forget(uri)
+            self.viewed.forget(uri)
+        return pattern
 
     async def _restart_client(self) -> None:
         if self.client is not None:
@@ -165,6 +197,7 @@ class EditLanguageServer(LanguageServer):
             payload["withheld"] = self.client.withheld()
             if self.client.fim_threshold is not None:
                 payload["fimThreshold"] = self.client.fim_threshold
+        payload["excluded"] = self.excluded.listing(self.path_of)
         self.protocol.notify(STATUS, payload)
 
     def info(self) -> dict[str, Any]:
@@ -175,6 +208,8 @@ class EditLanguageServer(LanguageServer):
         if self.client is not None:
             out = {**self.client.info(), **({"state": out["state"]} if out["state"] else {})}
         out["lspLog"] = self.log_file
+        out["excluded"] = self.excluded.listing(self.path_of)
+        out["excludeFiles"] = list(self.settings.excluded_patterns)
         out["thresholdHelp"] = "editserver serve --fim-threshold X (0 shows every completion)"
         return out
 
@@ -191,7 +226,7 @@ class EditLanguageServer(LanguageServer):
         return [
             (self.path_of(u), self.docs.docs[u], p)
             for u, p in self.parsed.items()
-            if u != uri and u in self.docs.docs
+            if u != uri and u in self.docs.docs and u not in self.excluded
         ]
 
     def doc_for(self, uri: Any, where: str):
@@ -232,7 +267,7 @@ def create_server(
 def _register_documents(ls: EditLanguageServer) -> None:
     @ls.feature(types.INITIALIZE)
     def initialize(params: types.InitializeParams) -> None:
-        ls.pending_warnings = ls.apply_settings(params.initialization_options, initial=True)
+        ls.pending_warnings += ls.apply_settings(params.initialization_options, initial=True)
         enc = ls.workspace.position_encoding
         ls.docs.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(str(getattr(enc, "value", enc)), UTF16)
         ls.root = (to_fs_path(params.root_uri) if params.root_uri else params.root_path) or ""
@@ -279,6 +314,9 @@ def _register_documents(ls: EditLanguageServer) -> None:
         grammar = grammar_name(td.language_id, td.uri)
         if grammar is not None:
             ls.parsed[td.uri] = ParsedDocument(grammar, doc.text)
+        if ls.check_excluded(td.uri) is not None:
+            ls.send_status()  # the clients say why this file gets no suggestions
+            return
         ls.viewed.view(td.uri, ls.path_of(td.uri), doc.text, 0)
 
     @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
@@ -300,7 +338,8 @@ def _register_documents(ls: EditLanguageServer) -> None:
                 full = True
             if parsed is not None:
                 parsed.update(edit, doc.text, full=full)
-            ls.history.record(uri, ls.path_of(uri), before, doc.text, edit.start, edit.new_end)
+            if uri not in ls.excluded:
+                ls.history.record(uri, ls.path_of(uri), before, doc.text, edit.start, edit.new_end)
         doc.version = params.text_document.version
         ls.fim.cancel_inflight(uri)  # a newer keystroke makes in-flight completions stale
         older = ls.next_inflight.pop(uri, None)
@@ -316,7 +355,7 @@ def _register_documents(ls: EditLanguageServer) -> None:
         """Copilot's focus notification (``{textDocument: {uri}}``): a recently viewed file."""
         td = params.get("textDocument") if isinstance(params, dict) else None
         doc = ls.docs.get(td.get("uri")) if isinstance(td, dict) else None
-        if doc is not None:
+        if doc is not None and doc.uri not in ls.excluded:
             ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, ls.viewed.line_of(doc.uri))
 
     @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
@@ -325,6 +364,8 @@ def _register_documents(ls: EditLanguageServer) -> None:
         ls.docs.close(uri)
         ls.parsed.pop(uri, None)
         ls.fim.forget(uri)
+        if ls.excluded.forget(uri):
+            ls.send_status()
 
 
 # ---- inline completion --------------------------------------------------------------------------
@@ -336,7 +377,7 @@ def _register_completion(ls: EditLanguageServer) -> None:
         doc = ls.doc_for(uri, "textDocument/inlineCompletion")
         offset = doc.offset_at(params.position.line, params.position.character)
         prefix, suffix = doc.text[:offset], doc.text[offset:]
-        if not ls.settings.enable_fim or not ls.settings.handles(doc.language_id):
+        if not ls.settings.enable_fim or not ls.settings.handles(doc.language_id) or uri in ls.excluded:
             return empty
         ls.viewed.view(uri, ls.path_of(uri), doc.text, params.position.line)
         cached = ls.fim.from_cache(uri, prefix, suffix)
@@ -396,6 +437,9 @@ async def suggest_edits(ls: EditLanguageServer, params: Any, where: str, stream:
     trigger = params.get("trigger", "manual")
     if trigger not in ("auto", "manual"):
         raise _invalid(f'{where}: trigger must be "auto" or "manual"')
+    if doc.uri in ls.excluded:
+        why = f"excluded: matches excludeFiles pattern {ls.excluded[doc.uri]!r}; nothing was sent"
+        return Suggestion(uuid.uuid4().hex, doc, doc.version, skipped=why)
     # a newer next-edit request for the same document supersedes this one (and its HTTP calls)
     older = ls.next_inflight.pop(doc.uri, None)
     if older is not None and not older.done():

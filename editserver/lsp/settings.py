@@ -8,6 +8,9 @@ Design decisions:
   that the server shows once via ``window/showMessage``.
 - Unknown keys are ignored (editors send their whole section), but a wrong *type* for a known key is
   reported, so a typo'd value is never silently accepted.
+- ``excludeFiles`` (globs, lsp/privacy.py) adds to the default secret-file patterns; ``!PATTERN``
+  removes a default. ``telemetry.keepPrompts`` (off) keeps prompt text, bounded by
+  ``telemetry.retentionDays`` (30) and ``telemetry.maxMegabytes`` (100); see lsp/telemetry.py.
 - Internal tuning knobs (timeouts, budgets) are dataclass fields with their defaults documented next
   to them; only the contract's keys are user-facing, plus the two timeouts, which users on slow
   machines need.
@@ -19,6 +22,8 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from editserver.lsp.privacy import effective
 
 DEFAULT_LANGUAGES = ("python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust")
 
@@ -32,6 +37,9 @@ def default_telemetry_path() -> str:
 class TelemetrySettings:
     enabled: bool = True  # local SQLite only; nothing is ever sent anywhere
     path: str = field(default_factory=default_telemetry_path)
+    keep_prompts: bool = False  # store prompt and suggestion text (else sizes and hashes only)
+    retention_days: float = 30.0  # kept text older than this is redacted
+    max_megabytes: float = 100.0  # kept text beyond this is redacted, oldest first
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class Settings:
     # LSP language ids we answer for; others get empty results. "*" in the list means every language.
     languages: tuple[str, ...] = DEFAULT_LANGUAGES
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    exclude_files: tuple[str, ...] = ()  # the user's globs, added to privacy.DEFAULT_EXCLUDES
     fim_timeout_ms: int = 5000  # a FIM answer later than this is useless: return empty instead
     next_edit_timeout_ms: int = 30000  # next edits are asked for explicitly, so they may take longer
     # Below: internal budgets, not user options.
@@ -73,6 +82,10 @@ class Settings:
     def handles(self, language_id: str) -> bool:
         return "*" in self.languages or language_id in self.languages
 
+    @property
+    def excluded_patterns(self) -> tuple[str, ...]:
+        return effective(self.exclude_files)
+
 
 _KEYS = {
     "serverUrl": "server_url",
@@ -84,6 +97,7 @@ _KEYS = {
     "fimTimeoutMs": "fim_timeout_ms",
     "nextEditTimeoutMs": "next_edit_timeout_ms",
     "nextEditLegacy": "next_edit_legacy",
+    "excludeFiles": "exclude_files",
 }
 
 
@@ -102,6 +116,10 @@ def _check(key: str, value: Any) -> tuple[Any, str | None]:
         if isinstance(value, str) and (value == "" or value.startswith(("http://", "https://"))):
             return value.rstrip("/"), None
         return None, "a URL"
+    if key == "excludeFiles":
+        if isinstance(value, list) and all(isinstance(v, str) and v.strip("!") for v in value):
+            return tuple(value), None
+        return None, "a list of file globs"
     if key == "languages":
         if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
             return tuple(value), None
@@ -139,31 +157,41 @@ def parse_settings(
             value = getattr(defaults, attr)
         changes[attr] = value
     if "telemetry" in raw:
-        tel = raw["telemetry"]
-        t = base.telemetry
-        if not isinstance(tel, dict):
-            warnings.append(f"editserver: telemetry={_brief(tel)} is not an object; using the defaults")
-            t = TelemetrySettings()
-        else:
-            if "enabled" in tel:
-                if isinstance(tel["enabled"], bool):
-                    t = replace(t, enabled=tel["enabled"])
-                else:
-                    warnings.append(
-                        f"editserver: telemetry.enabled={_brief(tel['enabled'])} is not true or false; "
-                        f"using {defaults.telemetry.enabled}"
-                    )
-                    t = replace(t, enabled=defaults.telemetry.enabled)
-            if "path" in tel:
-                if isinstance(tel["path"], str) and tel["path"].strip():
-                    t = replace(t, path=os.path.expanduser(tel["path"]))
-                else:
-                    warnings.append(
-                        f"editserver: telemetry.path={_brief(tel['path'])} is not a file path; using the default"
-                    )
-                    t = replace(t, path=default_telemetry_path())
-        changes["telemetry"] = t
+        changes["telemetry"] = _telemetry(raw["telemetry"], base.telemetry, defaults.telemetry, warnings)
     return replace(base, **changes), warnings
+
+
+_TELEMETRY = {  # key: (field, check, what a valid value is)
+    "enabled": ("enabled", lambda v: isinstance(v, bool), "true or false"),
+    "path": ("path", lambda v: isinstance(v, str) and bool(v.strip()), "a file path"),
+    "keepPrompts": ("keep_prompts", lambda v: isinstance(v, bool), "true or false"),
+    "retentionDays": ("retention_days", lambda v: _number(v, 0, 3650), "a number of days 0..3650"),
+    "maxMegabytes": ("max_megabytes", lambda v: _number(v, 0, 1 << 20), "a number of megabytes"),
+}
+
+
+def _number(v: Any, lo: float, hi: float) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _telemetry(
+    tel: Any, t: TelemetrySettings, defaults: TelemetrySettings, warnings: list[str]
+) -> TelemetrySettings:
+    if not isinstance(tel, dict):
+        warnings.append(f"editserver: telemetry={_brief(tel)} is not an object; using the defaults")
+        return TelemetrySettings()
+    for key, (attr, ok, what) in _TELEMETRY.items():
+        if key not in tel:
+            continue
+        value = tel[key]
+        if not ok(value):
+            shown = "the default" if key == "path" else _brief(getattr(defaults, attr))
+            warnings.append(f"editserver: telemetry.{key}={_brief(value)} is not {what}; using {shown}")
+            value = default_telemetry_path() if key == "path" else getattr(defaults, attr)
+        elif key == "path":
+            value = os.path.expanduser(value)
+        t = replace(t, **{attr: value})
+    return t
 
 
 def settings_from_change(raw: Any) -> Any:

@@ -61,7 +61,7 @@ def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 def telemetry_log(path: Path, suggestions: int) -> Path:
     """``suggestions`` FIM suggestions, each shown, then accepted or rejected (two events each)."""
-    t = Telemetry(str(path))
+    t = Telemetry(str(path), keep_prompts=True)
     for i in range(suggestions):
         prompt = {"prefix": f"def f{i}(width, height):\n    return ", "suffix": "\n", "max_tokens": 32}
         text = "width * height" if i % 2 == 0 else "width - height - height"

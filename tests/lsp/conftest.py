@@ -179,7 +179,9 @@ async def lsp_session(
     extra_args: list[str] | None = None,
     wait_ready: bool = True,
     env: dict[str, str] | None = None,
+    launcher: list[str] | None = None,
 ) -> AsyncIterator[LspConnection]:
+    """``launcher``: a command the LSP's command line is appended to (e.g. a shell that sets limits)."""
     client = make_test_lsp_client()
     conn = LspConnection(client)
 
@@ -196,7 +198,7 @@ async def lsp_session(
         cmd += ["--server-url", server_url]
     if not autostart:
         cmd.append("--no-autostart")
-    cmd += extra_args or []
+    cmd = [*(launcher or []), *cmd, *(extra_args or [])]
     await client.start_io(*cmd, env={**quiet_env(), **(env or {})}, cwd=str(REPO))
     caps = types.ClientCapabilities(
         general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,

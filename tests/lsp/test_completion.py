@@ -20,13 +20,18 @@ SRC = "def add(a, b):\n    return a + b\n\n\ndef main():\n    total = add(1, 2)\
 URI = "file:///work/calc.py"
 
 
+def keeping(options: dict) -> dict:
+    """``options`` with ``telemetry.keepPrompts``: these tests read the prompt the model was sent."""
+    return {**options, "telemetry": {**options["telemetry"], "keepPrompts": True}}
+
+
 def rows(path, sql):
     with sqlite3.connect(path) as db:
         return db.execute(sql).fetchall()
 
 
 async def test_inline_completion_item_shape_and_telemetry(tiny_server, base_options, telemetry_path):
-    async with lsp_session(tiny_server, base_options) as s:
+    async with lsp_session(tiny_server, keeping(base_options)) as s:
         caps = s.init_result.capabilities
         assert caps.inline_completion_provider is not None
         assert "editserver.inlineAccepted" in caps.execute_command_provider.commands
@@ -178,7 +183,7 @@ async def test_telemetry_off_writes_nothing(tiny_server, tmp_path):
 
 
 async def test_prompt_carries_definitions_from_other_open_files(tiny_server, base_options, telemetry_path):
-    async with lsp_session(tiny_server, base_options) as s:
+    async with lsp_session(tiny_server, keeping(base_options)) as s:
         s.open(
             "file:///work/geometry.py",
             "def scale(v, k):\n    return v * k\n\n\ndef unused():\n    pass\n",

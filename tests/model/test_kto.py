@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -176,7 +177,7 @@ def test_telemetry_events_become_examples(tmp_path):
     from editserver.lsp.telemetry import Telemetry
 
     path = tmp_path / "t.sqlite3"
-    t = Telemetry(str(path))
+    t = Telemetry(str(path), keep_prompts=True)
     fim = {"prefix": "x = ", "suffix": "\n", "max_tokens": 32, "stop": ["\n"], "raw": "1 + 2"}
     t.suggestion("a", "fim", "file:///a.py", "python", fim, "1 + 2", None)
     t.event("a", "show")
@@ -197,6 +198,14 @@ def test_telemetry_events_become_examples(tmp_path):
         ("edit", True, edit[0]["rewritten"], "telemetry:accept"),
         ("edit", False, edit[0]["rewritten"], "telemetry:reject"),
     ]
+    # without keepPrompts the same events are stored as sizes and hashes: counted, never examples
+    bare = Telemetry(str(tmp_path / "bare.sqlite3"))
+    bare.suggestion("a", "fim", "file:///a.py", "python", fim, "1 + 2", None)
+    bare.event("a", "accept", None, "word", "1")
+    bare.close()
+    stats: Counter = Counter()
+    assert read_telemetry(tmp_path / "bare.sqlite3", stats) == []
+    assert stats["telemetry_without_prompts"] == 1 and not stats["telemetry_malformed"]
 
 
 def test_an_example_gets_the_same_masks_in_any_batch() -> None:

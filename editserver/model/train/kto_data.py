@@ -11,6 +11,9 @@ Two sources, both read as plain files (this package imports neither the replay h
 - *LSP telemetry* (the SQLite file of lsp/telemetry.py, read with ``sqlite3`` in read-only mode): a
   suggestion accepted (or the accepted part of a partial accept) is desirable; one rejected, or
   shown and never accepted, undesirable. Suggestions never shown carry no signal and are skipped.
+  The LSP keeps prompt text only with ``telemetry.keepPrompts`` (and only within its retention
+  bounds); a suggestion stored as sizes and hashes (``"omitted": true``) is counted as
+  ``telemetry_without_prompts``, never guessed at, and ``editserver align`` says so.
 
 Design decisions:
 - Held-out rows are refused, never filtered quietly: a replay file holding rows of a repository the
@@ -267,6 +270,9 @@ def read_telemetry(path: str | Path, stats: Counter | None = None) -> list[Examp
                 continue
             if not isinstance(p, dict):
                 stats["telemetry_malformed"] += 1
+                continue
+            if p.get("omitted") is True:  # keepPrompts was off, or retention redacted it
+                stats["telemetry_without_prompts"] += 1
                 continue
             out += _telemetry_example(kind, p, s, events[sid], stats)
     finally:
