@@ -219,7 +219,9 @@ def run(args: argparse.Namespace) -> int:
     failed: list[BaseException] = []
 
     def on_failure(exc: BaseException) -> None:
-        print(f"editserver serve: cannot load the model: {exc}", file=sys.stderr, flush=True)
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        reason = lines[0][:400] + (" (…)" if len(lines) > 1 or len(lines[0]) > 400 else "")
+        print(f"editserver serve: cannot load the model: {reason}", file=sys.stderr, flush=True)
         failed.append(exc)
         server.should_exit = True
 

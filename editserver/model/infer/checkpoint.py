@@ -6,6 +6,10 @@ Design decisions:
   serving dtype on load.
 - ``config.json`` carries the model shape, the inference settings (effort presets, the selectivity
   threshold the replay harness tuned) and free-form provenance (how it was trained).
+- Damage is named before anything is allocated (``check_files``, ``_check_native``): a config that
+  is not JSON, a truncated safetensors file, a config whose shapes the file does not hold (a huge or
+  wrong one), integer tensors; NaN or infinite weights after the read. Each is a ``CheckpointError``
+  of one line, which ``serve`` prints with status 2.
 - A Hugging Face directory of an open-weight diffusion family (its ``config.json`` has no ``model``
   and ``inference`` sections) loads through model/infer/hf/ into the same ``Checkpoint``, so every
   command that takes ``--model DIR`` takes either; ``family`` says which.
@@ -92,6 +96,63 @@ def check_checkpoint_dir(d: Path) -> None:
         raise FileNotFoundError(f"{d} is not a checkpoint directory (missing {', '.join(missing)})")
 
 
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be served; the message is one line naming the file."""
+
+
+def check_files(d: Path) -> None:
+    """Before anything is allocated: ``config.json`` parses, and every safetensors file's header is
+    whole (``safe_open`` reads only the header and checks it covers the file, so a truncated
+    download is named here instead of failing deep inside a load)."""
+    from safetensors import safe_open
+
+    config = d / "config.json"
+    if config.is_file():
+        try:
+            json.loads(config.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{config} is not valid JSON ({e})") from None
+    for f in sorted(d.glob("*.safetensors")):
+        try:
+            with safe_open(str(f), "pt"):
+                pass
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+            raise CheckpointError(f"{f} is truncated or not a safetensors file ({e})") from None
+
+
+def _check_native(d: Path, cfg: dict) -> ModelConfig:
+    """The config describes a possible model whose every tensor is in the file, with that shape and
+    a floating-point type; checked on the meta device (nothing allocated), after a layer count that
+    costs nothing, so a huge or mistyped config is one line, never an allocation that takes the
+    machine down."""
+    from safetensors import safe_open
+
+    weights = d / "model.safetensors"
+    with safe_open(str(weights), "pt") as fh:
+        stored = {k: fh.get_slice(k) for k in fh.keys()}  # noqa: SIM118 - safe_open is not a dict
+    try:
+        mc = ModelConfig.from_dict(cfg["model"])
+        layers = len({k.split(".")[1] for k in stored if k.startswith("layers.")})
+        if mc.n_layers != layers:
+            raise ValueError(f"it has {mc.n_layers} layers, model.safetensors {layers}")
+        with torch.device("meta"):
+            shapes = {k: tuple(v.shape) for k, v in Transformer(mc).state_dict().items()}
+    except Exception as e:  # noqa: BLE001 - any failure means the config is not this model
+        raise CheckpointError(
+            f"{d / 'config.json'} does not describe the model in {weights.name} ({e})"
+        ) from None
+    for name, shape in shapes.items():
+        if name not in stored:
+            raise CheckpointError(f"{weights} lacks tensor {name!r} that config.json needs")
+        got = tuple(stored[name].get_shape())
+        if got != shape:
+            raise CheckpointError(f"{weights}: {name} is {list(got)} but config.json needs {list(shape)}")
+        dtype = stored[name].get_dtype()
+        if dtype not in ("F64", "F32", "F16", "BF16"):
+            raise CheckpointError(f"{weights}: {name} holds {dtype}, not floating-point weights")
+    return mc
+
+
 def load_checkpoint(
     directory: str | Path | None = None,
     device: str = "cpu",
@@ -105,6 +166,7 @@ def load_checkpoint(
     d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
     if not d.is_dir():
         raise FileNotFoundError(f"{d} is not a checkpoint directory (no such directory)")
+    check_files(d)
     from editserver.model.infer.hf import is_open_dir, load_open_checkpoint
 
     if is_open_dir(d):
@@ -114,8 +176,12 @@ def load_checkpoint(
         dtype = torch.float32 if dtype == "auto" else serving_dtype(dtype, device)
     check_checkpoint_dir(d)
     cfg = json.loads((d / "config.json").read_text())
-    model = Transformer(ModelConfig.from_dict(cfg["model"]))
+    mc = _check_native(d, cfg)
+    model = Transformer(mc)
     state = load_file(str(d / "model.safetensors"))
+    bad = next((k for k, v in state.items() if not bool(torch.isfinite(v).all())), None)
+    if bad is not None:  # a NaN or infinity would answer every request with garbage
+        raise CheckpointError(f"{d / 'model.safetensors'}: {bad} holds NaN or infinite values")
     model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
     model.to(device=device, dtype=dtype).eval()
     return Checkpoint(
