@@ -13,7 +13,9 @@ Design decisions:
 - Resources are sampled every ``--sample-every`` seconds. Growth is judged after warm-up (the first
   fifth of the run: the allocator, caches and thread pools settle), comparing the mean RSS of the
   second fifth with that of the last fifth. Latency drift compares the p95 of requests finished in
-  the first and in the last fifth of the run.
+  the first and in the last fifth of the run; beside it, the server's own CPU time per completed
+  request in those fifths (from ``/proc/PID/stat``), which tells a server that got slower (more CPU
+  per request) from a machine that got busier (same CPU, longer waits).
 - The verdict checks the targets (0 errors other than 429, RSS growth <= 5%, fds and threads flat
   within a small slack, last-fifth p95 within 20% of the first) and the exit status says whether
   they held (0) or not (1); 2 when the server cannot start.
@@ -44,6 +46,8 @@ class Sample:
     rss_kb: int
     fds: int
     threads: int
+    cpu_s: float  # the server's user + system CPU time so far
+    completed: int  # requests completed so far
 
 
 @dataclass
@@ -69,6 +73,12 @@ class SoakReport:
     def _fifth(self, i: int) -> list[Sample]:
         span = self.elapsed_s / 5
         return [s for s in self.samples if i * span <= s.t < (i + 1) * span + (1e9 if i == 4 else 0)]
+
+    def _cpu_ms(self, part: list[Sample]) -> float | None:
+        """Server CPU milliseconds per completed request over one fifth's samples."""
+        if len(part) < 2 or part[-1].completed == part[0].completed:
+            return None
+        return round((part[-1].cpu_s - part[0].cpu_s) * 1000 / (part[-1].completed - part[0].completed), 1)
 
     def summary(self) -> dict:
         span = self.elapsed_s / 5
@@ -96,6 +106,8 @@ class SoakReport:
                 fds_last_max=max(s.fds for s in last),
                 threads_warm_max=max(s.threads for s in warm),
                 threads_last_max=max(s.threads for s in last),
+                cpu_ms_per_request_first_fifth=self._cpu_ms(self._fifth(0)),
+                cpu_ms_per_request_last_fifth=self._cpu_ms(last),
             )
         out["over_time"] = [
             f"{s.t:.0f}s rss {s.rss_kb / 1024:.1f} MB, {s.fds} fds, {s.threads} threads" for s in self.samples
@@ -116,15 +128,17 @@ class SoakReport:
         return v
 
 
-def read_proc(pid: int) -> tuple[int, int, int]:
-    """(RSS in kB, open file descriptors, threads) of a Linux process."""
+def read_proc(pid: int) -> tuple[int, int, int, float]:
+    """(RSS in kB, open file descriptors, threads, CPU seconds) of a Linux process."""
     rss = threads = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             rss = int(line.split()[1])
         elif line.startswith("Threads:"):
             threads = int(line.split()[1])
-    return rss, len(os.listdir(f"/proc/{pid}/fd")), threads
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return rss, len(os.listdir(f"/proc/{pid}/fd")), threads, cpu
 
 
 def _bodies(max_tokens: int) -> dict[str, dict]:
@@ -230,7 +244,7 @@ async def run_soak(
     async def sampler() -> None:
         while time.perf_counter() < deadline:
             if pid is not None:
-                report.samples.append(Sample(time.perf_counter() - t0, *read_proc(pid)))
+                report.samples.append(Sample(time.perf_counter() - t0, *read_proc(pid), report.completed))
             await asyncio.sleep(sample_every)
 
     limits = httpx.Limits(max_connections=clients + 2)

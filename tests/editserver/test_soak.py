@@ -35,6 +35,7 @@ def test_one_minute_soak_loses_nothing_and_leaks_nothing(tiny_checkpoint):
     v = s["verdict"]
     assert v["rss_growth"] and v["fds_flat"] and v["threads_flat"], brief
     assert len(s["over_time"]) >= 20
+    assert s["cpu_ms_per_request_first_fifth"] > 0 and s["cpu_ms_per_request_last_fifth"] > 0, brief
     # abandoned requests were dropped by the server, and nothing is left running or queued
     dropped = sum(
         float(x) for x in re.findall(r"^editserver_cancelled_total\{[^}]*\} ([0-9.]+)$", metrics, re.M)
@@ -64,8 +65,8 @@ def test_verdict_names_each_target():
     }
     v = SoakReport.verdict(bad)
     assert not v["no_errors_but_429"] and not v["p95_drift"] and not v["rss_growth"] and not v["fds_flat"]
-    rss, fds, threads = read_proc(__import__("os").getpid())
-    assert rss > 0 and fds > 2 and threads >= 1
+    rss, fds, threads, cpu = read_proc(__import__("os").getpid())
+    assert rss > 0 and fds > 2 and threads >= 1 and cpu > 0
 
 
 def test_soak_cli_refuses_bad_values():

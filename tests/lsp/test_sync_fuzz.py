@@ -47,9 +47,9 @@ def diff(old: str, new: str) -> tuple[int, int, str]:
 
 
 class Buffer(RuleBasedStateMachine):
-    """Set before a run: ``session`` (LspConnection), ``loop`` (its event loop), ``stats`` (dict)."""
+    """Set before a run: ``lsp`` (LspConnection), ``loop`` (its event loop), ``stats`` (dict)."""
 
-    session = loop = None
+    lsp = loop = None
     stats: dict = {}
     asks_per_doc = 2  # model calls are the slow part; edits are what is fuzzed
     longest_line = 5_000
@@ -68,7 +68,7 @@ class Buffer(RuleBasedStateMachine):
         self.stats["docs"] += 1
         self.uri = f"file:///work/fuzz/f{self.stats['docs']}.py"
         self.text, self.past, self.asks = text, [], 0
-        self.call(self.session.open, self.uri, text, "python")
+        self.call(self.lsp.open, self.uri, text, "python")
 
     def _range(self, data, width: int = 40) -> tuple[int, int]:
         a = data.draw(st.integers(0, len(self.text)))
@@ -85,7 +85,7 @@ class Buffer(RuleBasedStateMachine):
     @rule(data=st.data(), new=TEXT)
     def edit(self, data, new):
         a, b = self._range(data)
-        self.call(self.session.change, self.uri, [self._partial(a, b, new)])
+        self.call(self.lsp.change, self.uri, [self._partial(a, b, new)])
 
     @rule(data=st.data(), n=st.integers(2, 5))
     def batch(self, data, n):
@@ -93,14 +93,14 @@ class Buffer(RuleBasedStateMachine):
         for _ in range(n):
             a, b = self._range(data)
             changes.append(self._partial(a, b, data.draw(TEXT)))
-        self.call(self.session.change, self.uri, changes)
+        self.call(self.lsp.change, self.uri, changes)
 
     @rule(new=TEXT)
     def full(self, new):
         self.past.append(self.text)
         self.text = new
         self.stats["edits"] += 1
-        self.call(self.session.change, self.uri, [types.TextDocumentContentChangeWholeDocument(text=new)])
+        self.call(self.lsp.change, self.uri, [types.TextDocumentContentChangeWholeDocument(text=new)])
 
     @rule(data=st.data(), n=st.integers(1, 12))
     @precondition(lambda self: self.past)
@@ -108,7 +108,7 @@ class Buffer(RuleBasedStateMachine):
         """Back-to-back undos, one notification each without waiting, as a held-down undo key sends."""
         for _ in range(min(n, len(self.past))):
             a, b, new = diff(self.text, self.past.pop())
-            self.call(self.session.change, self.uri, [self._partial(a, b, new)])
+            self.call(self.lsp.change, self.uri, [self._partial(a, b, new)])
             self.past.pop()  # _partial pushed the text undone; an undo is not itself undoable here
 
     @rule(data=st.data(), piece=st.sampled_from(["x", "é", "😀", "ab\t"]))
@@ -116,7 +116,7 @@ class Buffer(RuleBasedStateMachine):
         a, b = self._range(data, width=0)
         length = data.draw(st.integers(2_000, self.longest_line))
         line = (piece * length)[:length]
-        self.call(self.session.change, self.uri, [self._partial(a, b, line)])
+        self.call(self.lsp.change, self.uri, [self._partial(a, b, line)])
 
     @rule(data=st.data(), kind=st.sampled_from(["inline", "next"]))
     @precondition(lambda self: self.asks < self.asks_per_doc)
@@ -126,15 +126,15 @@ class Buffer(RuleBasedStateMachine):
         self.stats["asks"] += 1
         self.asks += 1
         if kind == "inline":
-            res = self.wait(self.session.inline(self.uri, pos.line, pos.character))
+            res = self.wait(self.lsp.inline(self.uri, pos.line, pos.character))
             assert res is not None
             return
-        version = self.session.versions[self.uri]
+        version = self.lsp.versions[self.uri]
         params = {
             "textDocument": {"uri": self.uri},
             "position": {"line": pos.line, "character": pos.character},
         }
-        res = self.wait(self.session.request("editserver/nextEdit", params))
+        res = self.wait(self.lsp.request("editserver/nextEdit", params))
         lines = len(self.text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
         for e in res["edits"]:
             assert e["textDocument"] == {"uri": self.uri, "version": version}, (e, version)
@@ -145,15 +145,15 @@ class Buffer(RuleBasedStateMachine):
     def in_sync(self):
         if not hasattr(self, "uri"):
             return
-        state = self.wait(self.session.state(self.uri))
+        state = self.wait(self.lsp.state(self.uri))
         assert state["text"] == self.text
-        assert state["version"] == self.session.versions[self.uri]
+        assert state["version"] == self.lsp.versions[self.uri]
         self.stats["checks"] += 1
 
     def teardown(self):
         if hasattr(self, "uri"):
             params = types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=self.uri))
-            self.call(self.session.client.text_document_did_close, params)
+            self.call(self.lsp.client.text_document_did_close, params)
 
 
 async def fuzz(server_url: str, options: dict, examples: int, steps: int, longest: int = 5_000) -> dict:
@@ -161,7 +161,7 @@ async def fuzz(server_url: str, options: dict, examples: int, steps: int, longes
 
     stats = {"docs": 0, "edits": 0, "asks": 0, "checks": 0, "next_edits": 0}
     async with lsp_session(server_url, {**options, "languages": ["*"]}) as s:
-        Buffer.session, Buffer.loop, Buffer.stats = s, asyncio.get_running_loop(), stats
+        Buffer.lsp, Buffer.loop, Buffer.stats = s, asyncio.get_running_loop(), stats
         Buffer.longest_line = longest
         cfg = settings(
             max_examples=examples,
