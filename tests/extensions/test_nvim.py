@@ -385,6 +385,17 @@ def test_checkhealth_reports_executable_server_and_model(nvim_factory, tiny_serv
     assert "ERROR" not in report
 
 
+def test_checkhealth_says_why_an_excluded_file_gets_nothing(nvim_factory, tiny_server, tmp_path):
+    n, _ = start(nvim_factory, tiny_server.url, tmp_path, exclude_files=["*_private.py"])
+    open_file(n, tmp_path, name="secrets.py")
+    open_file(n, tmp_path, name="keys_private.py")
+    report = checkhealth(n)
+    assert 'secrets.py: it matches excludeFiles pattern "secrets.*"' in report, report
+    assert 'keys_private.py: it matches excludeFiles pattern "*_private.py"' in report
+    init = n.lua("return require('editserver.config').init_options(require('editserver').options(), true)")
+    assert init["excludeFiles"] == ["*_private.py"]
+
+
 def test_unreachable_server_is_reported_not_fatal(nvim_factory, tmp_path):
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     n, _ = start(nvim_factory, url, tmp_path)

@@ -50,10 +50,15 @@ M.defaults = {
     -- Ghost text colour: a highlight group to link to (Comment reads in 16/256-colour terminals).
     ghost = 'Comment',
   },
+  -- Files never sent to the model, used as context or stored (globs, added to the defaults .env*,
+  -- *.pem, *.key, id_rsa*, *.p12, .netrc, secrets.*, credentials*; '!*.key' removes a default).
+  exclude_files = {},
   -- Local-only telemetry (a SQLite file the language server writes; never sent anywhere).
   telemetry = {
     enabled = true,
     path = nil, -- nil = the language server's default location
+    -- true: also keep prompt and suggestion text (for `editserver align`); else sizes and hashes only.
+    keep_prompts = false,
   },
   -- Buffer-local keymaps; set any of them to false to leave that key alone.
   keymaps = {
@@ -95,7 +100,8 @@ local schema = {
   fim = { enabled = 'boolean', native = 'string|boolean' },
   next_edit = { enabled = 'boolean', auto = 'boolean', debounce_ms = 'number' },
   highlights = { ghost = 'string' },
-  telemetry = { enabled = 'boolean', path = 'string|nil' },
+  exclude_files = 'list',
+  telemetry = { enabled = 'boolean', path = 'string|nil', keep_prompts = 'boolean' },
   keymaps = {
     accept = 'string|boolean',
     accept_word = 'string|boolean',
@@ -171,7 +177,15 @@ function M.init_options(opts, enabled)
   if opts.telemetry.path then
     telemetry.path = opts.telemetry.path
   end
+  if opts.telemetry.keep_prompts then
+    telemetry.keepPrompts = true
+  end
+  local exclude = nil
+  if #opts.exclude_files > 0 then
+    exclude = vim.deepcopy(opts.exclude_files)
+  end
   return {
+    excludeFiles = exclude,
     serverUrl = opts.server_url or '',
     autostart = opts.autostart,
     debounceMs = opts.debounce_ms,

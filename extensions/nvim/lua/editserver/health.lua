@@ -87,6 +87,13 @@ function M.check()
       else
         health.info(withheld)
       end
+      -- files excludeFiles keeps out: say why they get no suggestions
+      for _, e in ipairs(type(info.excluded) == 'table' and info.excluded or {}) do
+        health.info(('no suggestions for %s: it matches excludeFiles pattern %q, so nothing of it is sent or stored'):format(
+          tostring(e.path),
+          tostring(e.pattern)
+        ))
+      end
       state_url = info.serverUrl
     end
   end
