@@ -109,6 +109,7 @@ class Extension implements vscode.Disposable {
       vscode.commands.registerCommand("editserver.acceptNextWord", () => this.acceptPartial("word")),
       vscode.commands.registerCommand("editserver.acceptNextLine", () => this.acceptPartial("line")),
       vscode.window.onDidChangeTextEditorSelection((e) => this.checkStaleGhost(e.textEditor)),
+      vscode.window.onDidChangeActiveTextEditor(() => this.renderStatus()),
       vscode.workspace.onDidChangeConfiguration((e) => {
         if (e.affectsConfiguration("editserver")) void this.onSettingsChanged();
       }),
@@ -170,7 +171,7 @@ class Extension implements vscode.Disposable {
   }
 
   private renderStatus(): void {
-    const view = renderStatus(this.status);
+    const view = renderStatus(this.status, vscode.window.activeTextEditor?.document.uri.toString());
     this.statusItem.text = view.text;
     this.statusItem.tooltip = view.tooltip;
     this.statusItem.backgroundColor = view.warning ? new vscode.ThemeColor("statusBarItem.warningBackground") : undefined;

@@ -24,7 +24,7 @@ test("defaults in code match contributes.configuration in package.json", () => {
   const fromPackage = readSettings((key) => props[`editserver.${key}`]?.default);
   assert.deepEqual(fromPackage, DEFAULTS);
   // and every setting the code reads is declared (so VS Code shows and validates it)
-  for (const key of ["enabled", "serverUrl", "executablePath", "autostart", "modelPath", "debounceMs", "enableFim", "enableNextEdit", "languages", "telemetry.enabled", "telemetry.path"]) {
+  for (const key of ["enabled", "serverUrl", "executablePath", "autostart", "modelPath", "debounceMs", "enableFim", "enableNextEdit", "languages", "excludeFiles", "telemetry.enabled", "telemetry.path", "telemetry.keepPrompts"]) {
     assert.ok(props[`editserver.${key}`], `editserver.${key} missing from package.json`);
   }
 });

@@ -56,3 +56,15 @@ test("editserver/info refreshes the withheld count as it ages out", () => {
   assert.deepEqual(applyInfo(m, undefined), m);
   assert.deepEqual(applyInfo(m, { withheld: "many" }), m);
 });
+
+test("an excluded active file says why nothing comes, and only that file", () => {
+  const m = applyStatus(running, {
+    state: "ready",
+    excluded: [{ uri: "file:///w/.env", path: ".env", pattern: ".env*" }],
+  });
+  const view = renderStatus(m, "file:///w/.env");
+  assert.match(view.text, /excluded/);
+  assert.match(view.tooltip, /\.env\*/);
+  assert.match(renderStatus(m, "file:///w/app.py").text, /sparkle/);
+  assert.doesNotMatch(renderStatus(applyStatus(m, { state: "ready", excluded: [] }), "file:///w/.env").text, /excluded/);
+});

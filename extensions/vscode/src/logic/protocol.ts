@@ -86,6 +86,8 @@ export interface StatusParams {
   /** Completions withheld below the server's threshold in the last minute, and that threshold. */
   withheld?: number;
   fimThreshold?: number;
+  /** Open documents that `excludeFiles` keeps out, with the pattern that matched. */
+  excluded?: { uri: string; path: string; pattern: string }[];
 }
 
 export function nextEditParams(uri: string, position: Position, trigger: "auto" | "manual" = "manual"): NextEditParams {

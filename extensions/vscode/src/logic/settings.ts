@@ -22,7 +22,8 @@ export interface Settings {
   enableFim: boolean;
   enableNextEdit: boolean;
   languages: string[];
-  telemetry: { enabled: boolean; path: string };
+  excludeFiles: string[];
+  telemetry: { enabled: boolean; path: string; keepPrompts: boolean };
 }
 
 /** Defaults; keep in sync with `contributes.configuration` in package.json (a test checks). */
@@ -36,7 +37,8 @@ export const DEFAULTS: Settings = {
   enableFim: true,
   enableNextEdit: true,
   languages: ["python", "javascript", "typescript", "javascriptreact", "typescriptreact", "go", "rust"],
-  telemetry: { enabled: true, path: "" }, // local SQLite only; empty path: the server's default
+  excludeFiles: [], // added to the server's secret-file defaults (.env*, *.pem, ...); "!*.key" removes one
+  telemetry: { enabled: true, path: "", keepPrompts: false }, // local SQLite only; empty path: the server's default
 };
 
 /** The initializationOptions / `settings.editserver` payload of the contract. */
@@ -47,7 +49,8 @@ export interface InitializationOptions {
   enableFim: boolean;
   enableNextEdit: boolean;
   languages: string[];
-  telemetry: { enabled: boolean; path?: string };
+  excludeFiles?: string[];
+  telemetry: { enabled: boolean; path?: string; keepPrompts?: boolean };
 }
 
 export type ConfigGetter = (key: string) => unknown;
@@ -74,9 +77,11 @@ export function readSettings(get: ConfigGetter): Settings {
     enableFim: pick(get, "enableFim", DEFAULTS.enableFim, isBool),
     enableNextEdit: pick(get, "enableNextEdit", DEFAULTS.enableNextEdit, isBool),
     languages: [...pick(get, "languages", DEFAULTS.languages, isStringArray)],
+    excludeFiles: [...pick(get, "excludeFiles", DEFAULTS.excludeFiles, isStringArray)],
     telemetry: {
       enabled: pick(get, "telemetry.enabled", DEFAULTS.telemetry.enabled, isBool),
       path: pick(get, "telemetry.path", DEFAULTS.telemetry.path, isString).trim(),
+      keepPrompts: pick(get, "telemetry.keepPrompts", DEFAULTS.telemetry.keepPrompts, isBool),
     },
   };
 }
@@ -84,7 +89,10 @@ export function readSettings(get: ConfigGetter): Settings {
 export function toInitializationOptions(s: Settings): InitializationOptions {
   const telemetry: InitializationOptions["telemetry"] = { enabled: s.telemetry.enabled };
   if (s.telemetry.path) telemetry.path = s.telemetry.path;
+  if (s.telemetry.keepPrompts) telemetry.keepPrompts = true;
+  const exclude = s.excludeFiles.length ? { excludeFiles: [...s.excludeFiles] } : {};
   return {
+    ...exclude,
     serverUrl: s.serverUrl,
     autostart: s.autostart,
     debounceMs: s.debounceMs,

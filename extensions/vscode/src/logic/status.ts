@@ -8,6 +8,9 @@
  * - Completions the server withheld below its threshold in the last minute show as `· 3 withheld
  *   <0.93` (nothing when none); the tooltip always names the threshold and how to change it. The
  *   count ages out on the server, so the extension polls `editserver/info` while it is non-zero.
+ * - A file that `excludeFiles` keeps out gets no suggestions by design: while it is the active
+ *   editor the item says so and names the pattern (the server lists the open excluded files in
+ *   every status), so an empty ghost text is never mistaken for a broken server.
  * - The latest latency survives state changes that carry none (a status without latencyMs does not
  *   erase the last measurement).
  */
@@ -24,6 +27,7 @@ export interface StatusModel {
   latencyMs?: number;
   withheld?: number;
   fimThreshold?: number;
+  excluded?: Record<string, string>; // uri -> the excludeFiles pattern that matched
 }
 
 export function applyStatus(model: StatusModel, params: StatusParams): StatusModel {
@@ -33,6 +37,9 @@ export function applyStatus(model: StatusModel, params: StatusParams): StatusMod
   if (typeof params.latencyMs === "number") next.latencyMs = params.latencyMs;
   if (typeof params.withheld === "number") next.withheld = params.withheld;
   if (typeof params.fimThreshold === "number") next.fimThreshold = params.fimThreshold;
+  if (Array.isArray(params.excluded)) {
+    next.excluded = Object.fromEntries(params.excluded.map((e) => [e.uri, e.pattern]));
+  }
   return next;
 }
 
@@ -71,7 +78,16 @@ export interface StatusView {
   warning: boolean;
 }
 
-export function renderStatus(m: StatusModel): StatusView {
+/** ``activeUri``: the active editor's document, to say when it is excluded. */
+export function renderStatus(m: StatusModel, activeUri?: string): StatusView {
+  const pattern = activeUri !== undefined ? m.excluded?.[activeUri] : undefined;
+  if (m.enabled && pattern !== undefined) {
+    return {
+      text: "$(lock) editserver: excluded",
+      tooltip: `No suggestions for this file: it matches the excludeFiles pattern ${pattern}, so nothing of it is sent to the model or stored.`,
+      warning: false,
+    };
+  }
   const latency = m.latencyMs !== undefined ? ` ${Math.round(m.latencyMs)} ms` : "";
   const detail = m.message ? `\n${m.message}` : "";
   if (!m.enabled) {
