@@ -6,7 +6,8 @@ Design decisions:
   serving dtype on load.
 - ``config.json`` carries the model shape, the inference settings (effort presets, the selectivity
   threshold the replay harness tuned) and free-form provenance (how it was trained).
-- Damage is named before anything is allocated (``check_files``, ``_check_native``): a config that
+- Damage is named before anything is allocated (``check_config``, ``check_weights``,
+  ``_check_native``; an open-weight directory's family is read first, its weights by its loader): a config that
   is not JSON, a truncated safetensors file, a config whose shapes the file does not hold (a huge or
   wrong one), integer tensors; NaN or infinite weights after the read. Each is a ``CheckpointError``
   of one line, which ``serve`` prints with status 2.
@@ -100,18 +101,21 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be served; the message is one line naming the file."""
 
 
-def check_files(d: Path) -> None:
-    """Before anything is allocated: ``config.json`` parses, and every safetensors file's header is
-    whole (``safe_open`` reads only the header and checks it covers the file, so a truncated
-    download is named here instead of failing deep inside a load)."""
-    from safetensors import safe_open
-
+def check_config(d: Path) -> None:
+    """``config.json``, where there is one, parses (before the family is read from it)."""
     config = d / "config.json"
     if config.is_file():
         try:
             json.loads(config.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(f"{config} is not valid JSON ({e})") from None
+
+
+def check_weights(d: Path) -> None:
+    """Every safetensors file's header is whole: ``safe_open`` reads only the header and checks it
+    covers the file, so a truncated download is named here instead of failing deep inside a load."""
+    from safetensors import safe_open
+
     for f in sorted(d.glob("*.safetensors")):
         try:
             with safe_open(str(f), "pt"):
@@ -166,7 +170,7 @@ def load_checkpoint(
     d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
     if not d.is_dir():
         raise FileNotFoundError(f"{d} is not a checkpoint directory (no such directory)")
-    check_files(d)
+    check_config(d)
     from editserver.model.infer.hf import is_open_dir, load_open_checkpoint
 
     if is_open_dir(d):
@@ -175,6 +179,7 @@ def load_checkpoint(
     if isinstance(dtype, str):
         dtype = torch.float32 if dtype == "auto" else serving_dtype(dtype, device)
     check_checkpoint_dir(d)
+    check_weights(d)
     cfg = json.loads((d / "config.json").read_text())
     mc = _check_native(d, cfg)
     model = Transformer(mc)
