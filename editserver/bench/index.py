@@ -178,6 +178,127 @@ def _plain(x: Any) -> Any:
     return {k: _plain(v) for k, v in x._asdict().items()} if hasattr(x, "_asdict") else x
 
 
+def _apply(text: str, edits: list[dict]) -> str:
+    """LSP edits (ASCII text, so UTF-16 units are code points) applied to a text."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+
+    def off(p: dict) -> int:
+        return starts[min(p["line"], len(starts) - 1)] + p["character"]
+
+    for e in sorted(edits, key=lambda e: off(e["range"]["start"]), reverse=True):
+        text = text[: off(e["range"]["start"])] + e["newText"] + text[off(e["range"]["end"]) :]
+    return text
+
+
+async def _cross_sample(url: str, root: Path, env: dict) -> dict:
+    """One fresh LSP on the indexed workspace: rename ``compute`` in shop/pricing.py, time the edits."""
+    import re
+
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    client = LanguageClient("editserver-bench", "0.1")
+    ready = asyncio.Event()
+    firsts: dict[str, float] = {}
+    pricing = (root / PRICING).resolve().as_uri()
+
+    @client.feature("editserver/status")
+    def _status(params: Any) -> None:
+        if getattr(params, "state", None) == "ready":
+            ready.set()
+
+    @client.feature("editserver/nextEditPartial")
+    def _partial(params: Any) -> None:
+        for e in params.edits or []:
+            kind = "in_file" if e.textDocument.uri == pricing else "cross_file"
+            firsts.setdefault(kind, time.perf_counter())
+
+    await client.start_io(
+        sys.executable, "-m", "editserver.cli", "lsp", "--server-url", url, "--no-autostart", env=env
+    )
+    opts = {"telemetry": {"enabled": False}, "crossFile": True}
+    await client.initialize_async(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(), initialization_options=opts, root_uri=root.as_uri()
+        )
+    )
+    client.initialized(types.InitializedParams())
+    await asyncio.wait_for(ready.wait(), 120)
+    state = _plain(await client.protocol.send_request_async("editserver/indexState", {"wait": True}))
+    text = (root / PRICING).read_text()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=pricing, language_id="python", version=1, text=text)
+        )
+    )
+    line = text.splitlines().index("def compute(items, tax):")
+    t0 = time.perf_counter()
+    rng = types.Range(types.Position(line, 4), types.Position(line, 11))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(version=2, uri=pricing),
+            [types.TextDocumentContentChangePartial(range=rng, text="compute_total")],
+        )
+    )
+    res = await client.protocol.send_request_async(
+        "editserver/nextEdit",
+        {
+            "textDocument": {"uri": pricing},
+            "position": {"line": line, "character": 17},
+            "trigger": "auto",
+            "partialResults": True,
+        },
+    )
+    t_all = (time.perf_counter() - t0) * 1000
+    edits = [_plain_deep(e) for e in res.edits or []]
+    renamed = 0
+    for rel in USES:
+        u = (root / rel).resolve().as_uri()
+        after = _apply((root / rel).read_text(), [e for e in edits if e["textDocument"]["uri"] == u])
+        renamed += len(re.findall(r"\bcompute_total\b", after)) if not re.search(r"\bcompute\b", after) else 0
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    ms = {k: (v - t0) * 1000 for k, v in firsts.items()}
+    return {"index": state["stats"], "all": t_all, "renamed": renamed, **ms}
+
+
+def _plain_deep(x: Any) -> Any:
+    if hasattr(x, "_asdict"):
+        return {k: _plain_deep(v) for k, v in x._asdict().items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain_deep(v) for v in x]
+    return x
+
+
+async def measure_cross_file(url: str, samples: int, files: int, bar=None) -> dict:
+    """``bench latency``'s cross-file scenario (see the module notes of bench/latency.py)."""
+    from editserver.bench.latency import stats
+
+    got: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = write_large(Path(tmp) / "ws", files)
+        env = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
+        for _ in range(samples):
+            if bar is not None:
+                bar.update()
+            got.append(await _cross_sample(url, root, env))
+    never = [g["all"] for g in got]
+    return {
+        "workspace_files": files,
+        "files_using": len(USES),
+        "uses": sum(USES.values()),
+        "samples": samples,
+        "index": got[0]["index"] if got else {},
+        "first_in_file": stats([g.get("in_file", a) for g, a in zip(got, never)]),
+        "first_cross_file": stats([g.get("cross_file", a) for g, a in zip(got, never)]),
+        "all_shown": stats(never),
+        "renamed_per_sample": [g["renamed"] for g in got],
+    }
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="workspace index build time and memory on a generated workspace")
     p.add_argument("--files", type=int, default=2000, help="source files in the generated workspace")
