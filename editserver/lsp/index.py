@@ -176,6 +176,7 @@ class WorkspaceIndex:
         self._reverse = None
         if todo:
             await self._parse_in_worker(todo)
+        self._reverse_map()  # the first cross-file plan need not resolve every import
         self.state = "ready"
         self.stats = {
             "files": len(self.files),

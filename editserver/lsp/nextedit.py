@@ -42,7 +42,7 @@ import asyncio
 import difflib
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from editserver.lsp.server import EditLanguageServer
 
 FIRST_ALONE_S = 0.02  # head start of the best region's request (see ask)
+INDEX_WAIT_S = 10.0  # a rename right after the editor opened waits this long for the index at most
 _WORD = re.compile(r"\w")
 
 
@@ -121,8 +122,9 @@ class Suggestion:
 
 @dataclass
 class Plan:
-    asks: list[Ask]  # in-file first, best first; then other files, nearest first
+    asks: list[Ask]  # the edited file's, best first
     history: str
+    later: Callable[[], Awaitable[list[Ask]]] | None = None  # other files', nearest first
 
 
 def region_offsets(doc: Document, region: Region) -> tuple[int, int]:
@@ -369,13 +371,34 @@ def plan(ls: EditLanguageServer, doc: Document, cursor: int, auto: bool) -> Plan
                 version=version,
             )
         )
-    for f in plan_other_files(ls, doc, followed_names(ls, doc, set(removed), set(added), called)):
-        for r in f.regions:
-            at = first_use(f.doc, r, f.keys)
-            asks.append(
-                Ask(f.doc, f.parsed, f.path, r, at, s.candidate_context_lines, [], f.distance, f.version)
-            )
-    return Plan(asks, ls.history.render(s.history_prompt_events))
+    return Plan(
+        asks, ls.history.render(s.history_prompt_events), _other_files(ls, doc, removed, added, called)
+    )
+
+
+def _other_files(ls: EditLanguageServer, doc: Document, removed: set[str], added: set[str], called: set[str]):
+    """The other files' asks, planned once the workspace index is built (waiting for it at most
+    ``INDEX_WAIT_S``), so the edited file's regions never wait for them."""
+    version = doc.version
+
+    async def later() -> list[Ask]:
+        task = ls.index_task
+        if task is not None and not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), INDEX_WAIT_S)
+            except (asyncio.TimeoutError, Exception):
+                return []
+        if doc.version != version:
+            return []  # the text moved on: a newer request plans again
+        out = []
+        for f in plan_other_files(ls, doc, followed_names(ls, doc, set(removed), set(added), called)):
+            for r in f.regions:
+                at = first_use(f.doc, r, f.keys)
+                ctx = ls.settings.candidate_context_lines
+                out.append(Ask(f.doc, f.parsed, f.path, r, at, ctx, [], f.distance, f.version))
+        return out
+
+    return later
 
 
 # ---- ask -----------------------------------------------------------------------------------------
@@ -395,30 +418,44 @@ async def ask(
     ls: EditLanguageServer, p: Plan, on_kept: Callable[[RegionResult], None] | None
 ) -> list[RegionResult]:
     """Every region asked at once (the server batches equal decode plans), the best one first with a
-    head start; each answer is vetted as it arrives and, when kept, handed to ``on_kept`` right
-    away. Results in arrival order."""
+    head start, the other files' once they are planned; each answer is vetted as it arrives and,
+    when kept, handed to ``on_kept`` right away. Results in arrival order."""
     timeout = ls.settings.next_edit_timeout_ms / 1000
+
+    def start(a: Ask) -> asyncio.Future:
+        return asyncio.ensure_future(_ask_one(ls.client, a, p.history, timeout))
+
     first, rest = p.asks[:1], p.asks[1:]
-    tasks = [asyncio.ensure_future(_ask_one(ls.client, a, p.history, timeout)) for a in first]
+    pending = {start(a) for a in first}
     if on_kept is not None and rest:
         # the best region alone first: the server's worker takes it before the rest arrive, so it
         # decodes as a batch of one and is shown at once; the rest share the next batch
         await asyncio.sleep(FIRST_ALONE_S)
-    tasks += [asyncio.ensure_future(_ask_one(ls.client, a, p.history, timeout)) for a in rest]
+    pending |= {start(a) for a in rest}
+    later = asyncio.ensure_future(p.later()) if p.later is not None else None
     results: list[RegionResult] = []
     try:
-        for fut in asyncio.as_completed(tasks):
-            r = await fut
-            if r is None:
-                continue
-            results.append(r)
-            if _stale(r):
-                continue  # a newer request is coming
-            r.rejected = vet(r)
-            if on_kept is not None and rank([r]):
-                on_kept(r)
+        while pending or later is not None:
+            done, _ = await asyncio.wait(
+                pending | ({later} if later is not None else set()), return_when=asyncio.FIRST_COMPLETED
+            )
+            for fut in done:
+                if fut is later:
+                    later = None
+                    pending |= {start(a) for a in fut.result()}
+                    continue
+                pending.discard(fut)
+                r = fut.result()
+                if r is None:
+                    continue
+                results.append(r)
+                if _stale(r):
+                    continue  # a newer request is coming
+                r.rejected = vet(r)
+                if on_kept is not None and rank([r]):
+                    on_kept(r)
     finally:
-        for t in tasks:
+        for t in [*pending, *([later] if later is not None else [])]:
             t.cancel()
     return results
 
