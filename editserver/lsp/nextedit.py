@@ -18,8 +18,9 @@ Design decisions:
   decode plans), so the first one comes back quickly.
 - Streaming: the best region's request goes first, alone (a 20 ms head start, so the server's
   worker decodes it as a batch of one); the other in-file regions follow together and share the
-  next batch, and the other files' regions after them, so in-file edits come first and as fast as
-  without them. Each answer is vetted as it arrives and, when kept, handed to the caller (the
+  next batch. The other files' regions come after them, so in-file edits come first and as fast as
+  without them: the nearest one alone (a batch of one as soon as the server is free), the rest
+  once it is answered. Each answer is vetted as it arrives and, when kept, handed to the caller (the
   server sends it as ``editserver/nextEditPartial``); the final reply holds all kept edits: in-file
   ones best score first, then the other files' in import-graph order.
 - Each prompt is Inception's layout (``protocol.prompt.build_prompt``): recently viewed snippets
@@ -27,9 +28,7 @@ Design decisions:
   around the region, the region with ``<|cursor|>`` (at the cursor, or at the use for candidates)
   and the coalesced edit history as unified diffs (which is how another file's region learns of
   the rename).
-- A rewritten region becomes minimal range edits: a line diff (difflib) first, then each changed
-  block trimmed to what really differs, widened to whole identifier and word tokens, so a rename
-  ``host_header`` -> ``header_host`` is one replaced word, never ``h`` + ``ost_header``.
+- A rewritten region becomes minimal whole-token range edits (lsp/edits.py).
 - Selectivity: answers the server marks below its threshold, unchanged regions, rewrites that wipe
   the region and rewrites that turn a file that parsed into one with syntax errors (one full parse
   per answered region, never per keystroke) are dropped. The reply's ``score`` is the best kept
@@ -39,8 +38,6 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
-import difflib
-import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -57,22 +54,15 @@ from editserver.lsp.context import (
 )
 from editserver.lsp.crossfile import first_use, followed_names, plan_other_files
 from editserver.lsp.documents import Document
+from editserver.lsp.edits import RangeEdit, _normalise, build_region_prompt, minimal_edits, region_offsets
 from editserver.lsp.history import propagation
-from editserver.protocol.prompt import CURSOR, EditPrompt, Snippet, build_prompt
+from editserver.protocol.prompt import CURSOR, Snippet
 
 if TYPE_CHECKING:
     from editserver.lsp.server import EditLanguageServer
 
 FIRST_ALONE_S = 0.02  # head start of the best region's request (see ask)
 INDEX_WAIT_S = 10.0  # a rename right after the editor opened waits this long for the index at most
-_WORD = re.compile(r"\w")
-
-
-@dataclass
-class RangeEdit:
-    start: int  # code point offsets in the document
-    end: int
-    new_text: str
 
 
 @dataclass
@@ -125,90 +115,6 @@ class Plan:
     asks: list[Ask]  # the edited file's, best first
     history: str
     later: Callable[[], Awaitable[list[Ask]]] | None = None  # other files', nearest first
-
-
-def region_offsets(doc: Document, region: Region) -> tuple[int, int]:
-    """Code point [start, end) of a whole-line region, including its last line break."""
-    start, _ = doc.line_bounds(region.first_line)
-    if region.last_line + 1 < doc.line_count:
-        end, _ = doc.line_bounds(region.last_line + 1)
-    else:
-        end = len(doc.text)
-    return start, end
-
-
-def build_region_prompt(
-    doc: Document,
-    path: str,
-    region: Region,
-    cursor: int,
-    snippets: list[Snippet],
-    history: str,
-    context_lines: int,
-) -> tuple[str, int, str]:
-    """(prompt, region start offset, region text) for one region; ``cursor`` is a document offset."""
-    start, end = region_offsets(doc, region)
-    above_start, _ = doc.line_bounds(max(0, region.first_line - context_lines))
-    below_last = min(doc.line_count - 1, region.last_line + context_lines)
-    _, below_end = doc.line_bounds(below_last)
-    region_text = doc.text[start:end]
-    p = EditPrompt(
-        file_path=path,
-        above=doc.text[above_start:start],
-        region=region_text,
-        cursor=max(0, min(cursor - start, len(region_text))),
-        below=doc.text[end:below_end],
-        snippets=snippets,
-        history=history,
-    )
-    return build_prompt(p), start, region_text
-
-
-def _splits_word(a: str, i: int, b: str, j: int) -> bool:
-    """Whether a cut before a[i] (and b[j]) falls inside a word of either side."""
-
-    def word(t: str, k: int) -> bool:
-        return 0 <= k < len(t) and _WORD.match(t[k]) is not None
-
-    return (word(a, i - 1) or word(b, j - 1)) and (word(a, i) or word(b, j))
-
-
-def minimal_edits(original: str, rewritten: str, base: int = 0) -> list[RangeEdit]:
-    """The smallest whole-token range edits that turn ``original`` into ``rewritten`` (offsets
-    shifted by base): changed lines, trimmed to what differs, never cutting an identifier or word."""
-    if original == rewritten:
-        return []
-    a = original.splitlines(keepends=True)
-    b = rewritten.splitlines(keepends=True)
-    offs = [0]
-    for line in a:
-        offs.append(offs[-1] + len(line))
-    out = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
-        p = 0
-        while p < len(old) and p < len(new) and old[p] == new[p]:
-            p += 1
-        while p > 0 and _splits_word(old, p, new, p):
-            p -= 1
-        s = 0
-        while s < len(old) - p and s < len(new) - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
-            s += 1
-        while s > 0 and _splits_word(old, len(old) - s, new, len(new) - s):
-            s -= 1
-        out.append(RangeEdit(base + offs[i1] + p, base + offs[i2] - s, new[p : len(new) - s]))
-    return out
-
-
-def _normalise(rewritten: str, original: str) -> str:
-    """Match the original's trailing newline so a missing final newline is not an edit."""
-    if original.endswith("\n") and not rewritten.endswith("\n"):
-        return rewritten + "\n"
-    if not original.endswith("\n") and rewritten.endswith("\n"):
-        return rewritten[:-1]
-    return rewritten
 
 
 def _first_occurrence(doc: Document, region: Region, names: set[str]) -> int:
@@ -433,6 +339,8 @@ async def ask(
         await asyncio.sleep(FIRST_ALONE_S)
     pending |= {start(a) for a in rest}
     later = asyncio.ensure_future(p.later()) if p.later is not None else None
+    lead: asyncio.Future | None = None  # the nearest other file's region, asked alone
+    held: list[Ask] = []  # the other files' rest, asked once the lead is answered
     results: list[RegionResult] = []
     try:
         while pending or later is not None:
@@ -442,9 +350,17 @@ async def ask(
             for fut in done:
                 if fut is later:
                     later = None
-                    pending |= {start(a) for a in fut.result()}
+                    others = fut.result()
+                    if others:
+                        # alone, it decodes as a batch of one as soon as the server is free, so the
+                        # first edit in another file shows quickly; the rest share the next batch
+                        lead, held = start(others[0]), others[1:]
+                        pending.add(lead)
                     continue
                 pending.discard(fut)
+                if fut is lead:
+                    pending |= {start(a) for a in held}
+                    lead, held = None, []
                 r = fut.result()
                 if r is None:
                     continue
