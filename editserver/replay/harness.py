@@ -186,9 +186,10 @@ def collect(cfg: ReplayConfig, stats: Counter):
         tune_edits, tune_fims = from_record_files(
             record_files(cfg.tune_records), Budget(cfg.tune_points, cfg.tune_fim), cfg.points, Counter()
         )
-        tune_edits += cross_from_record_files(
-            record_files(cfg.tune_records), cfg.max_cross, cfg.points, Counter()
-        )
+        if cfg.tune_points:  # no tuning on cross-file points alone
+            tune_edits += cross_from_record_files(
+                record_files(cfg.tune_records), cfg.max_cross, cfg.points, Counter()
+            )
     return edits, fims, tune_edits, tune_fims
 
 
