@@ -6,6 +6,9 @@ Design decisions:
   memory is the LSP process's resident set (``/proc``) before the build and after it (the index's
   records live there; the parsing worker exits with the build). A second start on the same
   workspace measures reopening from the cache.
+- Typing while it builds: a keystroke (``didChange``) and the document's state asked right after,
+  every 50 ms during the build, then as many after it, in the same process: the LSP's own share
+  of a keystroke, side by side (the model's share does not depend on the index).
 - ``write_packages``: Python and TypeScript packages where one function (``compute`` /
   ``computeTotal``) is used through every import form the index follows (``from m import f``,
   ``import m as x``, a package re-export, a named TypeScript import) and where other modules
@@ -166,14 +169,48 @@ async def _start(root: Path) -> dict:
     client.initialized(types.InitializedParams())
     first = await client.protocol.send_request_async("editserver/indexState", {})
     rss0 = _rss_mb(first.pid)
+    uri = (root / PRICING).resolve().as_uri()
+    text = (root / PRICING).read_text()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+        )
+    )
+    keys = {"version": 1}
+
+    async def keystroke() -> float:
+        """A typed character and the document's state asked right after (didChange, incremental
+        parse, history: the LSP's share of a keystroke), in ms."""
+        keys["version"] += 1
+        end = types.Position(0, 0)
+        t = time.perf_counter()
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(version=keys["version"], uri=uri),
+                [types.TextDocumentContentChangePartial(range=types.Range(end, end), text="#")],
+            )
+        )
+        await client.protocol.send_request_async("editserver/documentState", {"uri": uri})
+        return (time.perf_counter() - t) * 1000
+
+    during: list[float] = []
+    while (await client.protocol.send_request_async("editserver/indexState", {})).state != "ready":
+        during.append(await keystroke())
+        await asyncio.sleep(0.05)
     state = await client.protocol.send_request_async("editserver/indexState", {"wait": True})
     wall = (time.perf_counter() - t0) * 1000
+    after = [await keystroke() for _ in range(max(10, min(len(during), 100)))]
     out = {"state": state.state, "files": state.files, "stats": _plain(state.stats), "rss_before_mb": rss0}
     out.update(rss_after_mb=_rss_mb(state.pid), wall_ms=round(wall, 1))
+    out.update(keystroke_during_build=_p50(during), keystroke_after_build=_p50(after), keystrokes=len(during))
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
     return out
+
+
+def _p50(values: list[float]) -> float | None:
+    return round(sorted(values)[len(values) // 2], 2) if values else None
 
 
 def _plain(x: Any) -> Any:
@@ -320,6 +357,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"files indexed: {cold['files']} (skipped {cold['stats'].get('skipped')})")
     print(
         f"cold build: {cold['stats'].get('seconds')} s, LSP RSS {cold['rss_before_mb']} -> {cold['rss_after_mb']} MB"
+    )
+    print(
+        f"LSP keystroke (didChange + documentState) p50: {cold['keystroke_during_build']} ms during the build"
+        f" ({cold['keystrokes']} samples), {cold['keystroke_after_build']} ms after it"
     )
     print(f"reopen from cache: {warm['stats'].get('seconds')} s, parsed {warm['stats'].get('parsed')}")
     return 0
