@@ -78,6 +78,7 @@ class Ask:
     snippets: list[Snippet] = field(default_factory=list)
     distance: int = 0  # 0: the edited file; n: n imports away from it
     version: int | None = None  # the document version the edits apply to; None: the text on disk
+    seq: int = 0  # the order it was asked in (the reply's ``regions`` keep it)
 
 
 @dataclass
@@ -328,7 +329,10 @@ async def ask(
     when kept, handed to ``on_kept`` right away. Results in arrival order."""
     timeout = ls.settings.next_edit_timeout_ms / 1000
 
+    asked = [0]
+
     def start(a: Ask) -> asyncio.Future:
+        a.seq, asked[0] = asked[0], asked[0] + 1
         return asyncio.ensure_future(_ask_one(ls.client, a, p.history, timeout))
 
     first, rest = p.asks[:1], p.asks[1:]
@@ -381,7 +385,9 @@ def reply(
     ls: EditLanguageServer, sid: str, doc: Document, version: int, results: list[RegionResult]
 ) -> Suggestion:
     """The kept edits, ranked (``rank``), logged to local telemetry."""
-    results = [r for r in results if not _stale(r)]  # the text moved on: offsets are stale
+    results = sorted(
+        (r for r in results if not _stale(r)), key=lambda r: r.ask.seq
+    )  # as asked; stale dropped
     for r in results:
         r.rejected = vet(r) if r.rejected is None else r.rejected
     kept = rank(results)
