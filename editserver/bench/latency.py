@@ -12,11 +12,13 @@ Design decisions:
 - Side by side in the same run, each prefix the LSP sent to the model is also sent straight to
   ``/v1/fim/completions`` right after (interleaved, so both see the same machine load), so the LSP's
   own overhead is a measured ratio, not a guess.
-- Next edits (``next_edit.py``): a real rename of a function with several uses, through a second LSP
-  process (automatic trigger, streamed partial results): the time to the first edit shown and to
-  all of them, and the same renames through a third LSP started with ``nextEditLegacy`` (the earlier
-  path: cursor region plus nearest uses, one reply at the end), interleaved sample by sample so both
-  see the same machine load; the ratio of their p50s is the improvement.
+- Next edits: a real rename of a function with several uses, through a second LSP process
+  (automatic trigger, streamed partial results): the time to the first edit shown and to all of
+  them.
+- Cross-file next edits (``bench/index.py``): a rename of a function used in 3 other files of a
+  generated workspace (2,000 files by default), each sample a fresh LSP on the indexed workspace:
+  the time to the first in-file and the first cross-file edit shown, and how many uses the reply's
+  edits rename; the first sample also reports the index's cold build.
 - Bounded: at most 500 samples; everything is loopback.
 """
 
@@ -86,7 +88,8 @@ async def measure(
     debounce_ms: int,
     next_edits: int,
     log_file: str | None,
-    compare: bool = True,
+    cross_file: int = 0,
+    workspace_files: int = 2000,
     progress: bool = False,
 ) -> dict:
     import httpx
@@ -175,7 +178,7 @@ async def measure(
     last_id = None
     typed_along = False
     script = (TYPED * (samples // len(TYPED) + 1))[:samples]
-    bar = progress_bar(samples + next_edits, progress)
+    bar = progress_bar(samples + next_edits + cross_file, progress)
     for ch in script:
         bar.update()
         ms, items = await keystroke(ch)
@@ -207,7 +210,11 @@ async def measure(
         "direct_http_fim": stats(direct_ms),
     }
     if next_edits:
-        report["next_edit"] = await measure_next_edit(url, next_edits, compare, log_file, bar)
+        report["next_edit"] = await measure_next_edit(url, next_edits, log_file, bar)
+    if cross_file:
+        from editserver.bench.index import measure_cross_file
+
+        report["cross_file"] = await measure_cross_file(url, cross_file, workspace_files, bar)
     bar.close()
     if report["model_answers"]["p50_ms"] and report["direct_http_fim"]["p50_ms"]:
         report["lsp_over_direct_p50_ratio"] = round(
@@ -266,8 +273,8 @@ def _apply(text: str, lines: list[str], edits: list[dict]) -> str:
 class _Lsp:
     """One ``editserver lsp`` process with one open document, renamed back and forth."""
 
-    def __init__(self, url: str, legacy: bool, log_file: str | None):
-        self.url, self.legacy, self.log_file = url, legacy, log_file
+    def __init__(self, url: str, log_file: str | None):
+        self.url, self.log_file = url, log_file
         self.uri = "file:///bench/shorten.py"
         self.text, self.version = SOURCE, 1
         self.first_partial: float | None = None
@@ -291,9 +298,9 @@ class _Lsp:
 
         cmd = [sys.executable, "-m", "editserver.cli", "lsp", "--server-url", self.url, "--no-autostart"]
         if self.log_file:
-            cmd += ["--log-file", f"{self.log_file}.{'legacy' if self.legacy else 'next'}"]
+            cmd += ["--log-file", f"{self.log_file}.next"]
         await self.client.start_io(*cmd)
-        opts = {"telemetry": {"enabled": False}, "nextEditLegacy": self.legacy}
+        opts = {"telemetry": {"enabled": False}}
         await self.client.initialize_async(
             types.InitializeParams(capabilities=types.ClientCapabilities(), initialization_options=opts)
         )
@@ -363,43 +370,29 @@ def _plain(x: Any) -> Any:
     return x
 
 
-async def measure_next_edit(url: str, samples: int, compare: bool, log_file: str | None, bar=None) -> dict:
-    paths = {"next": _Lsp(url, False, log_file)}
-    if compare:
-        paths["legacy"] = _Lsp(url, True, log_file)
-    for lsp in paths.values():
-        await lsp.start()
-    got: dict[str, dict[str, list]] = {k: {"first": [], "all": [], "renamed": []} for k in paths}
+async def measure_next_edit(url: str, samples: int, log_file: str | None, bar=None) -> dict:
+    lsp = _Lsp(url, log_file)
+    await lsp.start()
+    got: dict[str, list] = {"first": [], "all": [], "renamed": []}
     names = [OLD, NEW]
     try:
         for i in range(samples):
             old, new = names[i % 2], names[(i + 1) % 2]
             if bar is not None:
                 bar.update()
-            for key, lsp in paths.items():
-                first, all_, renamed = await lsp.rename(old, new)
-                got[key]["first"].append(first)
-                got[key]["all"].append(all_)
-                got[key]["renamed"].append(renamed)
+            first, all_, renamed = await lsp.rename(old, new)
+            got["first"].append(first)
+            got["all"].append(all_)
+            got["renamed"].append(renamed)
     finally:
-        for lsp in paths.values():
-            await lsp.stop()
-
-    def summary(g: dict) -> dict:
-        return {
-            "first_shown": stats(g["first"]),
-            "all_shown": stats(g["all"]),
-            "renamed_per_sample": g["renamed"],
-        }
-
-    out = {"uses": USES, "samples": samples, **summary(got["next"])}
-    if compare:
-        out["legacy"] = summary(got["legacy"])
-        lp = out["legacy"]["all_shown"]["p50_ms"]
-        if lp:
-            out["first_over_legacy_p50"] = round(out["first_shown"]["p50_ms"] / lp, 3)
-            out["all_over_legacy_p50"] = round(out["all_shown"]["p50_ms"] / lp, 3)
-    return out
+        await lsp.stop()
+    return {
+        "uses": USES,
+        "samples": samples,
+        "first_shown": stats(got["first"]),
+        "all_shown": stats(got["all"]),
+        "renamed_per_sample": got["renamed"],
+    }
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -417,9 +410,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--next-edits", type=int, default=10, help="renames to time for next edits (0: none)")
     p.add_argument(
-        "--no-legacy",
-        action="store_true",
-        help="skip the earlier next-edit path (nextEditLegacy) that the ratio compares against",
+        "--cross-file", type=int, default=3, help="renames carried into other files to time (0: none)"
+    )
+    p.add_argument(
+        "--workspace-files", type=int, default=2000, help="source files of the cross-file workspace"
     )
     p.add_argument("--threads", type=int, default=1, help="torch threads of the self-started server")
     p.add_argument("--log-file", default=None, help="LSP debug log")
@@ -447,7 +441,8 @@ def run(args: argparse.Namespace) -> int:
                 args.debounce_ms,
                 args.next_edits,
                 args.log_file,
-                not args.no_legacy,
+                args.cross_file,
+                args.workspace_files,
                 not args.no_progress,
             )
         )
@@ -462,7 +457,8 @@ def run(args: argparse.Namespace) -> int:
                         args.debounce_ms,
                         args.next_edits,
                         args.log_file,
-                        not args.no_legacy,
+                        args.cross_file,
+                        args.workspace_files,
                         not args.no_progress,
                     )
                 )
@@ -482,11 +478,12 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"next edits after a rename ({ne['uses']} uses): first shown p50 {ne['first_shown']['p50_ms']} ms,"
             f" all shown p50 {ne['all_shown']['p50_ms']} ms"
-            + (
-                f"; earlier path p50 {ne['legacy']['all_shown']['p50_ms']} ms"
-                f" (first/earlier {ne.get('first_over_legacy_p50')}, all/earlier {ne.get('all_over_legacy_p50')})"
-                if ne.get("legacy")
-                else ""
-            )
+        )
+    cf = report.get("cross_file")
+    if cf:
+        print(
+            f"rename used in {cf['files_using']} other files of {cf['workspace_files']}: first in-file edit p50"
+            f" {cf['first_in_file']['p50_ms']} ms, first cross-file edit p50 {cf['first_cross_file']['p50_ms']} ms,"
+            f" uses renamed {cf['renamed_per_sample']} of {cf['uses']}; index cold build {cf['index']['seconds']} s"
         )
     return 0

@@ -101,6 +101,17 @@ def print_summary(result: dict) -> None:
         f"{s['latency_ms']['p50'] or 0:.0f}/{s['latency_ms']['p95'] or 0:.0f} ms · threshold "
         f"{'server' if thr is None else f'{thr:.2f}'} ({s['score_aggregate']})"
     )
+    c, q = result.get("cross_file") or {}, result.get("quiet") or {}
+    if c.get("requests"):
+        print(
+            f"cross-file: {c['requests']} requests · shown {c['shown']} · accepted {c['accepted']} · exact "
+            f"{c['exact']} · utility {'n/a' if c['utility'] is None else format(c['utility'], '+.3f')}"
+        )
+    if q.get("requests"):
+        print(
+            f"quiet (nothing to do in the region): {q['requests']} requests · false alarms {q['false_alarms']}"
+            f" · left silent {_pct(q['silent_rate'])} · silence precision {_pct(q['silence_precision'])}"
+        )
     if f["requests"]:
         fthr = f["threshold"]
         print(

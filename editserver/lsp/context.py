@@ -356,16 +356,30 @@ def candidate_regions(
         for n in parsed.identifiers()
         if n.text is not None and n.text.decode("utf-8", "replace") in names and not foreign_attribute(n)
     ]
+    return regions_at(doc, parsed, hits, exclude, max_regions, max_lines)
+
+
+def regions_at(
+    doc: Document,
+    parsed: ParsedDocument | None,
+    rows: list[int],
+    exclude: Region,
+    max_regions: int,
+    max_lines: int = 8,
+    reason: str = "occurrence",
+) -> list[Region]:
+    """A small region (at most ``max_lines``) around each row outside ``exclude``, nearest to it first,
+    none overlapping another; sorted by line."""
     regions: list[Region] = []
-    for row in sorted(set(hits), key=lambda r: (abs(r - exclude.first_line), r)):
+    for row in sorted(set(rows), key=lambda r: (abs(r - exclude.first_line), r)):
         if exclude.first_line <= row <= exclude.last_line:
             continue
         if any(r.first_line <= row <= r.last_line for r in regions):
             continue
-        r = snap_region(doc, parsed, row, 1, max_lines, reason="occurrence")
+        r = snap_region(doc, parsed, row, 1, max_lines, reason=reason)
         # never overlap another region: each candidate is its own place, its edits cannot collide
         if any(r.first_line <= o.last_line and r.last_line >= o.first_line for o in [exclude, *regions]):
-            r = Region(row, row, "occurrence")
+            r = Region(row, row, reason)
         regions.append(r)
         if len(regions) >= max_regions:
             break

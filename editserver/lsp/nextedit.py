@@ -1,40 +1,45 @@
-"""Next-edit suggestions: prompts from history and syntax, minimal edits, multi-location ranking.
+"""Next-edit suggestions: one pass, plan -> ask -> vet -> reply, in the edited file and the files that import it.
 
 Design decisions:
+- ``suggest`` reads top to bottom as four functions: ``plan`` (which regions, in which files, with
+  what context), ``ask`` (the model, streamed), ``vet`` (what must never be shown) and ``reply``
+  (ranked, logged). Each region to ask about is an ``Ask``: its document (open, or read from disk),
+  the region, the prompt's cursor and context.
 - When to ask: an automatic request (``trigger: "auto"``, what clients send after an edit) asks the
   model only when the edits since the document's previous request could propagate: an identifier
   or a literal substituted, or a definition header edited (``gate``); otherwise it answers at once
   with ``skipped``. An explicit request always asks.
 - Which regions, best first: the uses of the renamed name (tree-sitter identifier nodes, never
   strings or comments), nearest the edit first, each a few lines; then call sites of an edited
-  definition; then, unless the edit was a plain rename, the cursor's own 10-25 line region. Small
-  use regions with a short context (``candidate_context_lines``) decode as one batch on the server
-  (its scheduler batches equal decode plans), so the first one comes back quickly.
+  definition; then, unless the edit was a plain rename, the cursor's own 10-25 line region; then,
+  when the name is visible outside the file, its uses in the files that import it
+  (lsp/crossfile.py), direct importers first. Small use regions with a short context
+  (``candidate_context_lines``) decode as one batch on the server (its scheduler batches equal
+  decode plans), so the first one comes back quickly.
 - Streaming: the best region's request goes first, alone (a 20 ms head start, so the server's
-  worker decodes it as a batch of one); the others follow together and share the next batch.
-  Each answer is vetted as it arrives and, when kept,
-  handed to the caller (the server sends it as ``editserver/nextEditPartial``); the final reply
-  holds all kept edits, best score first. ``next_edit_legacy`` restores the earlier plan (cursor
-  region plus the nearest uses, everything then one reply) for the benchmark's comparison.
+  worker decodes it as a batch of one); the other in-file regions follow together and share the
+  next batch. The other files' regions come after them, so in-file edits come first and as fast as
+  without them: the nearest one alone (a batch of one as soon as the server is free), the rest
+  once it is answered. Each answer is vetted as it arrives and, when kept, handed to the caller (the
+  server sends it as ``editserver/nextEditPartial``); the final reply holds all kept edits: in-file
+  ones best score first, then the other files' in import-graph order.
 - Each prompt is Inception's layout (``protocol.prompt.build_prompt``): recently viewed snippets
-  (including definitions from other open files), the current file clipped to ``context_lines`` around
-  the region, the region with ``<|cursor|>`` (at the cursor, or at the occurrence for candidates) and
-  the coalesced edit history as unified diffs.
-- A rewritten region becomes minimal range edits: a line diff (difflib) first, then each changed
-  block trimmed to the characters that really differ, so clients show small, precise edits and an
-  unchanged line is never touched.
+  (including definitions from other open files), the region's file clipped to ``context_lines``
+  around the region, the region with ``<|cursor|>`` (at the cursor, or at the use for candidates)
+  and the coalesced edit history as unified diffs (which is how another file's region learns of
+  the rename).
+- A rewritten region becomes minimal whole-token range edits (lsp/edits.py).
 - Selectivity: answers the server marks below its threshold, unchanged regions, rewrites that wipe
   the region and rewrites that turn a file that parsed into one with syntax errors (one full parse
-  per answered region, never per keystroke) are dropped; the rest are ranked by score, best first. The reply's
-  ``score`` is the best kept region's score (0 when nothing is kept).
+  per answered region, never per keystroke) are dropped. The reply's ``score`` is the best kept
+  region's score (0 when nothing is kept).
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -47,26 +52,38 @@ from editserver.lsp.context import (
     node_name,
     snap_region,
 )
+from editserver.lsp.crossfile import first_use, followed_names, plan_other_files
 from editserver.lsp.documents import Document
+from editserver.lsp.edits import RangeEdit, _normalise, build_region_prompt, minimal_edits, region_offsets
 from editserver.lsp.history import propagation
-from editserver.protocol.prompt import CURSOR, EditPrompt, Snippet, build_prompt
+from editserver.protocol.prompt import CURSOR, Snippet
 
 if TYPE_CHECKING:
     from editserver.lsp.server import EditLanguageServer
 
-FIRST_ALONE_S = 0.02  # head start of the best region's request (see ask_streaming)
+FIRST_ALONE_S = 0.02  # head start of the best region's request (see ask)
+INDEX_WAIT_S = 10.0  # a rename right after the editor opened waits this long for the index at most
 
 
 @dataclass
-class RangeEdit:
-    start: int  # code point offsets in the document
-    end: int
-    new_text: str
+class Ask:
+    """One region to ask the model about."""
+
+    doc: Document  # the edited document, another open one, or another file as read from disk
+    parsed: ParsedDocument | None
+    path: str  # the file as the prompt names it
+    region: Region
+    at: int  # the prompt's cursor (document offset)
+    context_lines: int
+    snippets: list[Snippet] = field(default_factory=list)
+    distance: int = 0  # 0: the edited file; n: n imports away from it
+    version: int | None = None  # the document version the edits apply to; None: the text on disk
+    seq: int = 0  # the order it was asked in (the reply's ``regions`` keep it)
 
 
 @dataclass
 class RegionResult:
-    region: Region
+    ask: Ask
     prompt: str
     original: str
     rewritten: str | None
@@ -75,104 +92,30 @@ class RegionResult:
     edits: list[RangeEdit] = field(default_factory=list)
     rejected: str | None = None  # why the LSP will not show it (see ``vet``)
 
+    @property
+    def region(self) -> Region:
+        return self.ask.region
+
+    @property
+    def uri(self) -> str:
+        return self.ask.doc.uri
+
 
 @dataclass
 class Suggestion:
     id: str
     doc: Document
-    version: int  # the document version the edits apply to
-    kept: list[RegionResult] = field(default_factory=list)  # shown, best score first
+    version: int  # the edited document's version the in-file edits apply to
+    kept: list[RegionResult] = field(default_factory=list)  # shown: in-file best first, then other files
     results: list[RegionResult] = field(default_factory=list)  # every region asked about
     skipped: str | None = None  # why no model was asked (an automatic request after a plain edit)
 
 
-def region_offsets(doc: Document, region: Region) -> tuple[int, int]:
-    """Code point [start, end) of a whole-line region, including its last line break."""
-    start, _ = doc.line_bounds(region.first_line)
-    if region.last_line + 1 < doc.line_count:
-        end, _ = doc.line_bounds(region.last_line + 1)
-    else:
-        end = len(doc.text)
-    return start, end
-
-
-def build_region_prompt(
-    doc: Document,
-    path: str,
-    region: Region,
-    cursor: int,
-    snippets: list[Snippet],
-    history: str,
-    context_lines: int,
-) -> tuple[str, int, str]:
-    """(prompt, region start offset, region text) for one region; ``cursor`` is a document offset."""
-    start, end = region_offsets(doc, region)
-    above_start, _ = doc.line_bounds(max(0, region.first_line - context_lines))
-    below_last = min(doc.line_count - 1, region.last_line + context_lines)
-    _, below_end = doc.line_bounds(below_last)
-    region_text = doc.text[start:end]
-    p = EditPrompt(
-        file_path=path,
-        above=doc.text[above_start:start],
-        region=region_text,
-        cursor=max(0, min(cursor - start, len(region_text))),
-        below=doc.text[end:below_end],
-        snippets=snippets,
-        history=history,
-    )
-    return build_prompt(p), start, region_text
-
-
-def minimal_edits(original: str, rewritten: str, base: int = 0) -> list[RangeEdit]:
-    """The smallest range edits that turn ``original`` into ``rewritten`` (offsets shifted by base)."""
-    if original == rewritten:
-        return []
-    a = original.splitlines(keepends=True)
-    b = rewritten.splitlines(keepends=True)
-    offs = [0]
-    for line in a:
-        offs.append(offs[-1] + len(line))
-    out = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
-        p = 0
-        while p < len(old) and p < len(new) and old[p] == new[p]:
-            p += 1
-        s = 0
-        while s < len(old) - p and s < len(new) - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
-            s += 1
-        out.append(RangeEdit(base + offs[i1] + p, base + offs[i2] - s, new[p : len(new) - s]))
-    return out
-
-
-def _normalise(rewritten: str, original: str) -> str:
-    """Match the original's trailing newline so a missing final newline is not an edit."""
-    if original.endswith("\n") and not rewritten.endswith("\n"):
-        return rewritten + "\n"
-    if not original.endswith("\n") and rewritten.endswith("\n"):
-        return rewritten[:-1]
-    return rewritten
-
-
-def plan_regions(
-    doc: Document,
-    parsed: ParsedDocument | None,
-    cursor: int,
-    names: set[str],
-    min_lines: int,
-    max_lines: int,
-    max_candidates: int,
-) -> list[tuple[Region, int]]:
-    """(region, cursor offset for its prompt): the cursor's region first, then candidates."""
-    line, _ = doc.position_at(cursor)
-    main = snap_region(doc, parsed, line, min_lines, max_lines)
-    out = [(main, cursor)]
-    for r in candidate_regions(doc, parsed, names, main, max_candidates):
-        at = _first_occurrence(doc, r, names)
-        out.append((r, at))
-    return out
+@dataclass
+class Plan:
+    asks: list[Ask]  # the edited file's, best first
+    history: str
+    later: Callable[[], Awaitable[list[Ask]]] | None = None  # other files', nearest first
 
 
 def _first_occurrence(doc: Document, region: Region, names: set[str]) -> int:
@@ -183,14 +126,22 @@ def _first_occurrence(doc: Document, region: Region, names: set[str]) -> int:
 
 
 def rank(results: list[RegionResult]) -> list[RegionResult]:
-    """Kept results (cleared the threshold and changed something), best score first."""
+    """Kept results (cleared the threshold, changed something, passed ``vet``): the edited file's
+    best score first, then other files nearest in the import graph first, in file order."""
     kept = [r for r in results if r.above_threshold and r.edits and r.rejected is None]
-    return sorted(kept, key=lambda r: -r.score)
+    here = sorted((r for r in kept if r.ask.distance == 0), key=lambda r: -r.score)
+    other = sorted(
+        (r for r in kept if r.ask.distance > 0),
+        key=lambda r: (r.ask.distance, r.ask.path, r.region.first_line),
+    )
+    return here + other
 
 
-def vet(doc: Document, parsed: ParsedDocument | None, r: RegionResult) -> str | None:
+# ---- vet -----------------------------------------------------------------------------------------
+def vet(r: RegionResult) -> str | None:
     """Why a rewrite must not be shown, or None. Guards against what a confident but wrong model does:
     wiping the region, or breaking code that parsed (checked with a parse of the edited file)."""
+    doc, parsed = r.ask.doc, r.ask.parsed
     if r.rewritten is not None and not r.rewritten.strip() and r.original.strip():
         return "deletes the whole region"
     if parsed is not None and r.edits:
@@ -223,14 +174,27 @@ def _damage(root) -> tuple[int, int]:
     return errors, empty
 
 
-def _edit_line(ls: EditLanguageServer, doc: Document, events, cursor: int) -> int:
-    newest = events[-1] if events else None
-    if newest is not None and newest.uri == doc.uri:
-        return newest.first_line
-    return doc.position_at(cursor)[0]
+def _stale(r: RegionResult) -> bool:
+    """The text moved on since the region was planned: its offsets are stale."""
+    return r.ask.version is not None and r.ask.doc.version != r.ask.version
 
 
-def plan_ranked(
+# ---- plan ----------------------------------------------------------------------------------------
+def gate(ls: EditLanguageServer, doc: Document, events) -> str | None:
+    """Why an automatic request may go to the model ("identifier", "literal", "signature"), or None
+    when the fresh edits cannot need edits elsewhere."""
+    why = propagation(events)
+    if why is not None:
+        return why
+    parsed = ls.parsed.get(doc.uri)
+    if parsed is not None:
+        for e in events:
+            if e.uri == doc.uri and parsed.definition_at_line(e.first_line) is not None:
+                return "signature"
+    return None
+
+
+def plan_in_file(
     doc: Document,
     parsed: ParsedDocument | None,
     cursor: int,
@@ -266,69 +230,6 @@ def plan_ranked(
     return out
 
 
-async def _ask_one(
-    client: ModelClient,
-    doc: Document,
-    plan: tuple[Region, int],
-    built: tuple[str, int, str],
-    timeout_s: float,
-) -> RegionResult | None:
-    region, _ = plan
-    prompt, start, original = built
-    ans = await client.edit(prompt, timeout_s)
-    if ans is None:
-        return None
-    rewritten = None if ans.region is None else _normalise(ans.region.replace(CURSOR, ""), original)
-    edits = minimal_edits(original, rewritten, start) if rewritten is not None else []
-    return RegionResult(region, prompt, original, rewritten, ans.score, ans.above_threshold, edits)
-
-
-async def ask_streaming(
-    ls: EditLanguageServer,
-    doc: Document,
-    plans: list[tuple[Region, int]],
-    snippets: list[list[Snippet]],
-    history: str,
-    context_lines: list[int],
-    on_kept: Callable[[RegionResult], None] | None,
-) -> list[RegionResult]:
-    """Every region asked at once (the server batches equal decode plans); each answer is vetted as
-    it arrives and, when kept, handed to ``on_kept`` right away. Results in arrival order."""
-    s = ls.settings
-    path = ls.path_of(doc.uri)
-    version = doc.version
-    parsed = ls.parsed.get(doc.uri)
-    built = [
-        build_region_prompt(doc, path, r, at, sn, history, ctx)
-        for (r, at), sn, ctx in zip(plans, snippets, context_lines)
-    ]
-    timeout = s.next_edit_timeout_ms / 1000
-    tasks = [asyncio.ensure_future(_ask_one(ls.client, doc, plans[0], built[0], timeout))]
-    if on_kept is not None and len(plans) > 1:
-        # the best region alone first: the server's worker takes it before the rest arrive, so it
-        # decodes as a batch of one and is shown at once; the rest share the next batch
-        await asyncio.sleep(FIRST_ALONE_S)
-    tasks += [
-        asyncio.ensure_future(_ask_one(ls.client, doc, p, b, timeout)) for p, b in zip(plans[1:], built[1:])
-    ]
-    results: list[RegionResult] = []
-    try:
-        for fut in asyncio.as_completed(tasks):
-            r = await fut
-            if r is None:
-                continue
-            results.append(r)
-            if doc.version != version:
-                continue  # the text moved on: offsets are stale (a newer request is coming)
-            r.rejected = vet(doc, parsed, r)
-            if on_kept is not None and rank([r]):
-                on_kept(r)
-    finally:
-        for t in tasks:
-            t.cancel()
-    return results
-
-
 def _snippets(ls: EditLanguageServer, doc: Document, parsed, region: Region) -> list[Snippet]:
     snippets = ls.viewed.snippets(doc.uri, ls.settings.recent_snippets)
     if parsed is not None:
@@ -341,75 +242,154 @@ def _snippets(ls: EditLanguageServer, doc: Document, parsed, region: Region) -> 
     return snippets
 
 
-def gate(ls: EditLanguageServer, doc: Document, events) -> str | None:
-    """Why an automatic request may go to the model ("identifier", "literal", "signature"), or None
-    when the fresh edits cannot need edits elsewhere."""
-    why = propagation(events)
-    if why is not None:
-        return why
-    parsed = ls.parsed.get(doc.uri)
-    if parsed is not None:
-        for e in events:
-            if e.uri == doc.uri and parsed.definition_at_line(e.first_line) is not None:
-                return "signature"
-    return None
-
-
-async def suggest(
-    ls: EditLanguageServer,
-    doc: Document,
-    line: int,
-    char: int,
-    auto: bool = False,
-    on_kept: Callable[[RegionResult], None] | None = None,
-) -> Suggestion:
-    """Next edits for a cursor position. ``auto`` requests (the client's own, after an edit) ask the
-    model only when the edits since the last request could propagate (``gate``). With
-    ``settings.next_edit_legacy`` the regions are planned as before ranking existed (cursor region
-    plus the nearest uses) and nothing streams: the benchmark's baseline."""
-    sid = uuid.uuid4().hex
-    if not ls.active(ls.settings.enable_next_edit, doc):
-        if ls.client is not None and ls.client.state != READY:
-            ls.client.nudge()
-        return Suggestion(sid, doc, doc.version, skipped="not ready")
+def plan(ls: EditLanguageServer, doc: Document, cursor: int, auto: bool) -> Plan | str:
+    """The regions to ask about, or why nothing is asked (an automatic request after a plain edit)."""
     s = ls.settings
-    version = doc.version
-    cursor = doc.offset_at(line, char)
-    ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, line)
     parsed = ls.parsed.get(doc.uri)
     fresh = ls.history.since(ls.next_marker.get(doc.uri), doc.uri)
     ls.next_marker[doc.uri] = ls.history.marker()
-    why = None if s.next_edit_legacy else gate(ls, doc, fresh)
-    if why is None and auto and not s.next_edit_legacy:
-        return Suggestion(sid, doc, version, skipped="no identifier, signature or literal changed")
-    removed, _added = ls.history.changed_identifiers(2)
-    names = set(removed)
+    why = gate(ls, doc, fresh)
+    if why is None and auto:
+        return "no identifier, signature or literal changed"
+    removed, added = ls.history.changed_identifiers(2)
     called: set[str] = set()
     newest = ls.history.recent(1)
     if parsed is not None and newest and newest[0].uri == doc.uri:
         d = parsed.definition_at_line(newest[0].first_line)
         if d is not None and node_name(d):
             called.add(node_name(d))  # its call sites must follow a signature change
-    if s.next_edit_legacy:
-        plans = plan_regions(
-            doc, parsed, cursor, names | called, s.region_min_lines, s.region_max_lines, s.legacy_candidates
+    events = fresh or newest
+    edit_line = events[-1].first_line if events and events[-1].uri == doc.uri else doc.position_at(cursor)[0]
+    regions = plan_in_file(doc, parsed, cursor, set(removed), called, edit_line, why != "identifier", s)
+    path, version = ls.path_of(doc.uri), doc.version
+    asks = []
+    for r, at in regions:
+        # use regions need the rename (history) and the code around them, not other files: short prompts
+        cursor_region = r.reason == "cursor"
+        asks.append(
+            Ask(
+                doc,
+                parsed,
+                path,
+                r,
+                at,
+                s.context_lines if cursor_region else s.candidate_context_lines,
+                _snippets(ls, doc, parsed, r) if cursor_region else [],
+                version=version,
+            )
         )
-        contexts = [s.context_lines] * len(plans)
-        on_kept = None
-    else:
-        edit_line = _edit_line(ls, doc, fresh or ls.history.recent(1), cursor)
-        plans = plan_ranked(doc, parsed, cursor, names, called, edit_line, why != "identifier", s)
-        contexts = [s.context_lines if r.reason == "cursor" else s.candidate_context_lines for r, _ in plans]
-    snippets = _snippets(ls, doc, parsed, plans[-1][0] if plans[-1][0].reason == "cursor" else plans[0][0])
-    history = ls.history.render(s.history_prompt_events)
-    # use regions need the rename (history) and the code around them, not other files: short prompts
-    per_region = [snippets if s.next_edit_legacy or r.reason == "cursor" else [] for r, _ in plans]
-    results = await ask_streaming(ls, doc, plans, per_region, history, contexts, on_kept)
-    ls.send_status()
-    if doc.version != version:
-        return Suggestion(sid, doc, version, [], results)  # the text moved on: offsets are stale
+    return Plan(
+        asks, ls.history.render(s.history_prompt_events), _other_files(ls, doc, removed, added, called)
+    )
+
+
+def _other_files(ls: EditLanguageServer, doc: Document, removed: set[str], added: set[str], called: set[str]):
+    """The other files' asks, planned once the workspace index is built (waiting for it at most
+    ``INDEX_WAIT_S``), so the edited file's regions never wait for them."""
+    version = doc.version
+
+    async def later() -> list[Ask]:
+        task = ls.index_task
+        if task is not None and not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), INDEX_WAIT_S)
+            except (asyncio.TimeoutError, Exception):
+                return []
+        if doc.version != version:
+            return []  # the text moved on: a newer request plans again
+        out = []
+        for f in plan_other_files(ls, doc, followed_names(ls, doc, set(removed), set(added), called)):
+            for r in f.regions:
+                at = first_use(f.doc, r, f.keys)
+                ctx = ls.settings.candidate_context_lines
+                out.append(Ask(f.doc, f.parsed, f.path, r, at, ctx, [], f.distance, f.version))
+        return out
+
+    return later
+
+
+# ---- ask -----------------------------------------------------------------------------------------
+async def _ask_one(client: ModelClient, ask: Ask, history: str, timeout_s: float) -> RegionResult | None:
+    prompt, start, original = build_region_prompt(
+        ask.doc, ask.path, ask.region, ask.at, ask.snippets, history, ask.context_lines
+    )
+    ans = await client.edit(prompt, timeout_s)
+    if ans is None:
+        return None
+    rewritten = None if ans.region is None else _normalise(ans.region.replace(CURSOR, ""), original)
+    edits = minimal_edits(original, rewritten, start) if rewritten is not None else []
+    return RegionResult(ask, prompt, original, rewritten, ans.score, ans.above_threshold, edits)
+
+
+async def ask(
+    ls: EditLanguageServer, p: Plan, on_kept: Callable[[RegionResult], None] | None
+) -> list[RegionResult]:
+    """Every region asked at once (the server batches equal decode plans), the best one first with a
+    head start, the other files' once they are planned; each answer is vetted as it arrives and,
+    when kept, handed to ``on_kept`` right away. Results in arrival order."""
+    timeout = ls.settings.next_edit_timeout_ms / 1000
+
+    asked = [0]
+
+    def start(a: Ask) -> asyncio.Future:
+        a.seq, asked[0] = asked[0], asked[0] + 1
+        return asyncio.ensure_future(_ask_one(ls.client, a, p.history, timeout))
+
+    first, rest = p.asks[:1], p.asks[1:]
+    pending = {start(a) for a in first}
+    if on_kept is not None and rest:
+        # the best region alone first: the server's worker takes it before the rest arrive, so it
+        # decodes as a batch of one and is shown at once; the rest share the next batch
+        await asyncio.sleep(FIRST_ALONE_S)
+    pending |= {start(a) for a in rest}
+    later = asyncio.ensure_future(p.later()) if p.later is not None else None
+    lead: asyncio.Future | None = None  # the nearest other file's region, asked alone
+    held: list[Ask] = []  # the other files' rest, asked once the lead is answered
+    results: list[RegionResult] = []
+    try:
+        while pending or later is not None:
+            done, _ = await asyncio.wait(
+                pending | ({later} if later is not None else set()), return_when=asyncio.FIRST_COMPLETED
+            )
+            for fut in done:
+                if fut is later:
+                    later = None
+                    others = fut.result()
+                    if others:
+                        # alone, it decodes as a batch of one as soon as the server is free, so the
+                        # first edit in another file shows quickly; the rest share the next batch
+                        lead, held = start(others[0]), others[1:]
+                        pending.add(lead)
+                    continue
+                pending.discard(fut)
+                if fut is lead:
+                    pending |= {start(a) for a in held}
+                    lead, held = None, []
+                r = fut.result()
+                if r is None:
+                    continue
+                results.append(r)
+                if _stale(r):
+                    continue  # a newer request is coming
+                r.rejected = vet(r)
+                if on_kept is not None and rank([r]):
+                    on_kept(r)
+    finally:
+        for t in [*pending, *([later] if later is not None else [])]:
+            t.cancel()
+    return results
+
+
+# ---- reply ---------------------------------------------------------------------------------------
+def reply(
+    ls: EditLanguageServer, sid: str, doc: Document, version: int, results: list[RegionResult]
+) -> Suggestion:
+    """The kept edits, ranked (``rank``), logged to local telemetry."""
+    results = sorted(
+        (r for r in results if not _stale(r)), key=lambda r: r.ask.seq
+    )  # as asked; stale dropped
     for r in results:
-        r.rejected = vet(doc, parsed, r) if r.rejected is None else r.rejected
+        r.rejected = vet(r) if r.rejected is None else r.rejected
     kept = rank(results)
     if kept:
         ls.telemetry.suggestion(
@@ -420,6 +400,7 @@ async def suggest(
             {"prompts": [r.prompt for r in kept]},
             [
                 {
+                    "uri": r.uri,
                     "region": [r.region.first_line, r.region.last_line],
                     "rewritten": r.rewritten,
                     "score": r.score,
@@ -431,14 +412,42 @@ async def suggest(
     return Suggestion(sid, doc, version, kept, results)
 
 
+async def suggest(
+    ls: EditLanguageServer,
+    doc: Document,
+    line: int,
+    char: int,
+    auto: bool = False,
+    on_kept: Callable[[RegionResult], None] | None = None,
+) -> Suggestion:
+    """Next edits for a cursor position: plan -> ask -> vet (as answers arrive) -> reply. ``auto``
+    requests (the client's own, after an edit) ask the model only when the edits since the last
+    request could propagate (``gate``)."""
+    sid = uuid.uuid4().hex
+    if not ls.active(ls.settings.enable_next_edit, doc):
+        if ls.client is not None and ls.client.state != READY:
+            ls.client.nudge()
+        return Suggestion(sid, doc, doc.version, skipped="not ready")
+    version = doc.version
+    ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, line)
+    p = plan(ls, doc, doc.offset_at(line, char), auto)
+    if isinstance(p, str):
+        return Suggestion(sid, doc, version, skipped=p)
+    results = await ask(ls, p, on_kept)
+    ls.send_status()
+    return reply(ls, sid, doc, version, results)
+
+
 def region_info(r: RegionResult, kept: list[RegionResult]) -> dict:
     """Diagnostic summary of one asked region (the nextEdit reply's ``regions``)."""
     return {
+        "uri": r.uri,
         "range": {
             "start": {"line": r.region.first_line, "character": 0},
             "end": {"line": r.region.last_line + 1, "character": 0},
         },
         "reason": r.region.reason,
+        "distance": r.ask.distance,
         "score": r.score,
         "aboveThreshold": r.above_threshold,
         "kept": r in kept,

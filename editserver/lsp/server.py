@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import os
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 from lsprotocol import types
@@ -52,6 +53,7 @@ from editserver.lsp.nextedit import Suggestion, region_info, suggest
 from editserver.lsp.privacy import Exclusions
 from editserver.lsp.settings import Settings, parse_settings, settings_from_change
 from editserver.lsp.telemetry import Telemetry, register_telemetry
+from editserver.lsp.workspace import register_workspace, remember, start_index, workspace_roots
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,10 @@ class EditLanguageServer(LanguageServer):
         self.next_marker: dict[str, tuple] = {}  # per document: the edit history seen by its last request
         self.pending_warnings: list[str] = []
         self.root = ""
+        self.roots: list[str] = []  # workspace folders (lsp/workspace.py)
+        self.index: Any = None  # the workspace symbol index, once initialized (lsp/index.py)
+        self.index_task: asyncio.Task | None = None
+        self.suggestions: OrderedDict[str, Suggestion] = OrderedDict()  # for editserver/applyEdits
         self.log_file: str | None = None  # the LSP's own debug log (--log-file), for editserver/info
 
     # ---- settings and status -------------------------------------------------------------------
@@ -259,6 +265,7 @@ def create_server(
     _register_completion(server)
     _register_next_edit(server)
     register_telemetry(server, INLINE_ACCEPTED)
+    register_workspace(server)
     _register_diagnostics(server)
     return server
 
@@ -271,6 +278,7 @@ def _register_documents(ls: EditLanguageServer) -> None:
         enc = ls.workspace.position_encoding
         ls.docs.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(str(getattr(enc, "value", enc)), UTF16)
         ls.root = (to_fs_path(params.root_uri) if params.root_uri else params.root_path) or ""
+        ls.roots = workspace_roots(params)
 
     @ls.feature(types.INITIALIZED)
     async def initialized(params: types.InitializedParams) -> None:
@@ -278,6 +286,7 @@ def _register_documents(ls: EditLanguageServer) -> None:
             ls.show(2, w)
         ls.client = ls._make_client()
         ls.send_status()
+        start_index(ls)
         await ls.client.start()
 
     @ls.feature(types.SHUTDOWN)
@@ -348,7 +357,8 @@ def _register_documents(ls: EditLanguageServer) -> None:
 
     @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(params: types.DidSaveTextDocumentParams) -> None:
-        log.debug("saved %s", params.text_document.uri)
+        if ls.index is not None:
+            ls.index.update(to_fs_path(params.text_document.uri) or "")
 
     @ls.feature("textDocument/didFocus")
     def did_focus(params: Any) -> None:
@@ -414,10 +424,12 @@ def _register_completion(ls: EditLanguageServer) -> None:
 
 
 # ---- next edit ----------------------------------------------------------------------------------
-def _edit_json(doc, version: int, r) -> list[dict]:
+def _edit_json(r) -> list[dict]:
+    """A region's edits; each names its file and the version they apply to (null: its text on disk)."""
+    doc = r.ask.doc
     return [
         {
-            "textDocument": {"uri": doc.uri, "version": version},
+            "textDocument": {"uri": doc.uri, "version": r.ask.version},
             "range": doc.lsp_range(e.start, e.end),
             "newText": e.new_text,
         }
@@ -454,7 +466,7 @@ async def suggest_edits(ls: EditLanguageServer, params: Any, where: str, stream:
             {
                 "id": sid,
                 "textDocument": {"uri": doc.uri, "version": version},
-                "edits": _edit_json(doc, version, r),
+                "edits": _edit_json(r),
                 "score": r.score,
                 "rank": sent[0],
             },
@@ -474,6 +486,7 @@ async def suggest_edits(ls: EditLanguageServer, params: Any, where: str, stream:
             raise  # $/cancelRequest
         return Suggestion(sid, doc, doc.version, skipped="superseded by a newer edit")
     sug.id = sid
+    remember(ls, sug)
     return sug
 
 
@@ -482,10 +495,10 @@ def _register_next_edit(ls: EditLanguageServer) -> None:
     async def next_edit(params: Any) -> dict:
         stream = isinstance(params, dict) and params.get("partialResults") is True
         sug = await suggest_edits(ls, params, NEXT_EDIT, stream)
-        sid, doc, version, kept, results = sug.id, sug.doc, sug.version, sug.kept, sug.results
+        sid, kept, results = sug.id, sug.kept, sug.results
         out = {
             "id": sid,
-            "edits": [e for r in kept for e in _edit_json(doc, version, r)],
+            "edits": [e for r in kept for e in _edit_json(r)],
             "score": kept[0].score if kept else 0.0,
             "regions": [region_info(r, kept) for r in results],
         }
@@ -499,6 +512,8 @@ def _register_next_edit(ls: EditLanguageServer) -> None:
         sid, doc, version, kept = sug.id, sug.doc, sug.version, sug.kept
         out = []
         for r in kept:
+            if r.uri != doc.uri:
+                continue  # Copilot's shape is one document's edits
             for e in r.edits:
                 out.append(
                     {

@@ -71,10 +71,12 @@ class Settings:
     max_candidates: int = 8  # use regions per next-edit request (the server's max_batch is 8)
     candidate_max_lines: int = 3  # a use region: the statement around the use, at most this many lines
     candidate_context_lines: int = 10  # file lines above/below a use region (a short prompt)
-    legacy_candidates: int = 4  # the earlier plan's candidates (next_edit_legacy)
-    # the earlier next-edit path (cursor region plus the nearest uses, asked always, one reply at the
-    # end); only for `editserver bench latency --next-edit-compare`
-    next_edit_legacy: bool = False
+    # next edits in other files: uses of a changed name in the files that import it (lsp/crossfile.py)
+    cross_file: bool = True
+    index_max_files: int = 5000  # the workspace index's bounds (lsp/index.py)
+    index_max_bytes: int = 512_000
+    cross_file_max_regions: int = 16  # two of the server's batches (max_batch 8)
+    cross_file_max_files: int = 8
     history_events: int = 24  # bounded edit history per workspace
     history_prompt_events: int = 6  # newest events rendered into a prompt
     recent_snippets: int = 3
@@ -96,19 +98,20 @@ _KEYS = {
     "languages": "languages",
     "fimTimeoutMs": "fim_timeout_ms",
     "nextEditTimeoutMs": "next_edit_timeout_ms",
-    "nextEditLegacy": "next_edit_legacy",
     "excludeFiles": "exclude_files",
+    "crossFile": "cross_file",
+    "indexMaxFiles": "index_max_files",
 }
 
 
 def _check(key: str, value: Any) -> tuple[Any, str | None]:
     """(converted value, None) or (None, reason)."""
-    if key in ("autostart", "enableFim", "enableNextEdit", "nextEditLegacy"):
+    if key in ("autostart", "enableFim", "enableNextEdit", "crossFile"):
         return (value, None) if isinstance(value, bool) else (None, "true or false")
-    if key in ("debounceMs", "fimTimeoutMs", "nextEditTimeoutMs"):
+    if key in ("debounceMs", "fimTimeoutMs", "nextEditTimeoutMs", "indexMaxFiles"):
         ok = isinstance(value, int) and not isinstance(value, bool)
         hi = 5000 if key == "debounceMs" else 600_000
-        lo = 0 if key == "debounceMs" else 1
+        lo = 0 if key in ("debounceMs", "indexMaxFiles") else 1
         if ok and lo <= value <= hi:
             return value, None
         return None, f"an integer {lo}..{hi}"

@@ -30,9 +30,16 @@ from pathlib import Path
 
 from editserver.options import opt
 from editserver.replay import metrics
+from editserver.replay.crossfile import quiet_summary
 from editserver.replay.points import Options
 from editserver.replay.runner import PhaseResult, RowLog, run_phase
-from editserver.replay.sources import Budget, from_record_files, from_repository, record_files
+from editserver.replay.sources import (
+    Budget,
+    cross_from_record_files,
+    from_record_files,
+    from_repository,
+    record_files,
+)
 from editserver.replay.suggest import EngineSuggester, HttpSuggester, Suggester
 
 SOURCE, WALK, THRESHOLD, OUTPUT = (
@@ -80,6 +87,9 @@ class ReplayConfig:
     max_fim: int = opt(200, "FIM requests evaluated (0: none)", group=WALK)
     tune_points: int = opt(300, "next-edit requests to tune on", group=WALK)
     tune_fim: int = opt(200, "FIM requests to tune the FIM threshold on (0: leave it untuned)", group=WALK)
+    max_cross: int = opt(
+        100, "cross-file next-edit requests from record files, evaluated and tuned on (0: none)", group=WALK
+    )
     max_commits: int | None = opt(500, "repositories: newest N non-merge commits", group=WALK)
     rev: str | None = opt(None, "repositories: revision or range, e.g. v1.0..main (default HEAD)", group=WALK)
     sample: int | None = opt(None, "repositories: a seeded sample of N of those commits", group=WALK)
@@ -170,11 +180,16 @@ def collect(cfg: ReplayConfig, stats: Counter):
         )
         edits += e
         fims += f
+    edits += cross_from_record_files(record_files(cfg.records), cfg.max_cross, cfg.points, stats)
     tune_edits, tune_fims = [], []
     if cfg.tune_records:
         tune_edits, tune_fims = from_record_files(
             record_files(cfg.tune_records), Budget(cfg.tune_points, cfg.tune_fim), cfg.points, Counter()
         )
+        if cfg.tune_points:  # no tuning on cross-file points alone
+            tune_edits += cross_from_record_files(
+                record_files(cfg.tune_records), cfg.max_cross, cfg.points, Counter()
+            )
     return edits, fims, tune_edits, tune_fims
 
 
@@ -312,6 +327,10 @@ def assemble(
     robustness.update({f"request_error:{k}": v for k, v in errors.items()})
     return {
         "summary": metrics.summarize(edits, thr, agg),
+        # the edits that follow a change into another file, and the points where silence is right
+        "cross_file": metrics.summarize([r for r in edits if r.get("where") == "cross_file"], thr, agg),
+        "in_file": metrics.summarize([r for r in edits if r.get("where", "in_file") == "in_file"], thr, agg),
+        "quiet": quiet_summary(edits, thr, agg),
         **metrics.breakdown(edits, thr, agg),
         "fim": metrics.fim_block(fims, *fim_rule),
         "sweep": metrics.sweep(edits, agg) if edits else [],

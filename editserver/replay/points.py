@@ -92,6 +92,7 @@ class EditPoint:
     cursor: int  # caret offset inside the region
     prompt: str
     last_edit: tuple[int, int]  # (line, column) of the caret after the last edit
+    where: str = "in_file"  # "cross_file": the edit history is another file's (replay/crossfile.py)
 
     @property
     def region(self) -> str:

@@ -170,6 +170,14 @@ def render(result: dict) -> str:
     parts.append(table({"all": s}, EDIT_COLS, "scope"))
     parts.append("<h3>Per language</h3>" + table(result.get("by_language", {}), EDIT_COLS, "language"))
     parts.append("<h3>Per repository</h3>" + table(result.get("by_repository", {}), EDIT_COLS, "repository"))
+    q = result.get("quiet") or {}
+    if q.get("requests"):
+        parts += [
+            "",
+            f"**Quiet case** (nothing to do in the region, {q['requests']} requests): false alarms "
+            f"{q['false_alarms']}, left silent {fmt(q['silent_rate'], 'pct')}, precision of silence "
+            f"{fmt(q['silence_precision'], 'pct')}",
+        ]
     fim = result.get("fim") or {}
     if fim.get("summary", {}).get("requests"):
         parts.append("<h2>Fill in the middle (rest of an added line)</h2>")
@@ -289,10 +297,30 @@ def markdown(result: dict) -> str:
         "",
         "**Next edit**",
         "",
-        _md_table({"all": s, **result.get("by_language", {})}, EDIT_COLS, "scope"),
+        _md_table(
+            {
+                "all": s,
+                **(
+                    {"cross-file": result["cross_file"]}
+                    if (result.get("cross_file") or {}).get("requests")
+                    else {}
+                ),
+                **result.get("by_language", {}),
+            },
+            EDIT_COLS,
+            "scope",
+        ),
         "",
         _md_table(result.get("by_repository", {}), EDIT_COLS, "repository"),
     ]
+    q = result.get("quiet") or {}
+    if q.get("requests"):
+        parts += [
+            "",
+            f"**Quiet case** (nothing to do in the region, {q['requests']} requests): false alarms "
+            f"{q['false_alarms']}, left silent {fmt(q['silent_rate'], 'pct')}, precision of silence "
+            f"{fmt(q['silence_precision'], 'pct')}",
+        ]
     fim = result.get("fim") or {}
     if fim.get("summary", {}).get("requests"):
         rows = {"all": fim["summary"], **fim.get("by_position", {}), **fim.get("by_language", {})}

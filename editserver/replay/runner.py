@@ -101,6 +101,7 @@ def edit_row(phase: str, p: EditPoint, ans) -> dict:
         "sha": p.sha,
         "path": p.path,
         "lang": p.lang,
+        "where": p.where,
         "k": p.k,
         "n_hunks": p.n_hunks,
         "remaining": len(p.remaining),

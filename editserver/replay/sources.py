@@ -139,3 +139,23 @@ def from_repository(
 
     records = mine_repo(path, max_commits=max_commits, rev=rev, sample=sample, seed=opt.seed, stats=stats)
     return _take(records, budget.max_points, budget.max_fim, opt, stats)
+
+
+def cross_from_record_files(files: list[Path], limit: int, opt: Options, stats: Counter) -> list[EditPoint]:
+    """Cross-file points (replay/crossfile.py), at most ``limit``, round robin over the files."""
+    from editserver.replay.crossfile import cross_file_points
+
+    if not files or limit <= 0:
+        return []
+    per = math.ceil(limit / len(files))
+    lists = []
+    for f in files:
+        with _open(f) as fh:
+            recs = []
+            for line in fh:
+                try:
+                    recs.append(json.loads(line))
+                except ValueError:
+                    stats["bad_record"] += 1
+        lists.append(cross_file_points(recs, opt, stats, per))
+    return _round_robin(lists, limit)

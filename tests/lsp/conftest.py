@@ -180,10 +180,18 @@ async def lsp_session(
     wait_ready: bool = True,
     env: dict[str, str] | None = None,
     launcher: list[str] | None = None,
+    root_uri: str = "file:///work",
+    on_apply_edit: Any = None,
 ) -> AsyncIterator[LspConnection]:
-    """``launcher``: a command the LSP's command line is appended to (e.g. a shell that sets limits)."""
+    """An LSP over stdio. Its root is not indexed (``crossFile`` off) unless the options turn the
+    workspace index on, as the cross-file tests do with a workspace of their own. ``launcher``: a
+    command the LSP's command line is appended to (e.g. a shell that sets limits)."""
     client = make_test_lsp_client()
     conn = LspConnection(client)
+    options = {"crossFile": False, **(options or {})}
+
+    if on_apply_edit is not None:
+        client.feature("workspace/applyEdit")(on_apply_edit)
 
     @client.feature("editserver/status")
     def _status(params: Any) -> None:
@@ -202,12 +210,14 @@ async def lsp_session(
     await client.start_io(*cmd, env={**quiet_env(), **(env or {})}, cwd=str(REPO))
     caps = types.ClientCapabilities(
         general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,
-        workspace=types.WorkspaceClientCapabilities(configuration=True),
+        workspace=types.WorkspaceClientCapabilities(
+            configuration=True,
+            apply_edit=on_apply_edit is not None,
+            workspace_edit=types.WorkspaceEditClientCapabilities(document_changes=True),
+        ),
     )
     result = await client.initialize_session(
-        types.InitializeParams(
-            capabilities=caps, initialization_options=options or {}, root_uri="file:///work"
-        )
+        types.InitializeParams(capabilities=caps, initialization_options=options, root_uri=root_uri)
     )
     conn.init_result = result
     try:

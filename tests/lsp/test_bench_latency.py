@@ -12,6 +12,7 @@ from tests.lsp.conftest import REPO, quiet_env
 def test_bench_latency_reports_percentiles(tiny_server):
     cmd = [sys.executable, "-m", "editserver.cli", "bench", "latency", "--url", tiny_server]
     cmd += ["--samples", "6", "--next-edits", "2", "--debounce-ms", "0", "--json"]
+    cmd += ["--cross-file", "1", "--workspace-files", "60"]
     out = subprocess.run(cmd, cwd=REPO, env=quiet_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
@@ -21,13 +22,17 @@ def test_bench_latency_reports_percentiles(tiny_server):
     assert report["model_answers"]["n"] + report["cache_answers"]["n"] == k["n"]
     assert report["direct_http_fim"]["n"] == report["model_answers"]["n"]
     ne = report["next_edit"]
-    # the rename scenario, new path and the earlier one interleaved in the same run
+    # the rename scenario
     assert ne["uses"] >= 3 and ne["first_shown"]["n"] == ne["all_shown"]["n"] == 2
     assert ne["first_shown"]["p50_ms"] <= ne["all_shown"]["p50_ms"]
-    assert ne["legacy"]["all_shown"]["n"] == 2 and ne["all_over_legacy_p50"] > 0
-    assert all(0 <= r <= ne["uses"] for r in ne["renamed_per_sample"] + ne["legacy"]["renamed_per_sample"])
+    assert all(0 <= r <= ne["uses"] for r in ne["renamed_per_sample"])
+    # the rename carried into other files of a generated workspace, indexed first
+    cf = report["cross_file"]
+    assert cf["samples"] == 1 and cf["index"]["files"] == 60 and cf["index"]["parsed"] == 60
+    assert cf["first_cross_file"]["p50_ms"] <= cf["all_shown"]["p50_ms"]
+    assert 0 <= cf["renamed_per_sample"][0] <= cf["uses"]
     # progress goes to stderr while it runs, counting every keystroke and rename
-    assert "latency" in out.stderr and "8/8" in out.stderr
+    assert "latency" in out.stderr and "9/9" in out.stderr
 
 
 def test_bench_latency_refuses_remote_urls():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from editserver.lsp.context import Region
 from editserver.lsp.documents import Document
-from editserver.lsp.nextedit import RegionResult, minimal_edits, rank
+from editserver.lsp.nextedit import Ask, RegionResult, minimal_edits, rank
 from tests.lsp.conftest import lsp_session
 
 FILLER = "".join(
@@ -46,7 +46,11 @@ def test_minimal_edits_touch_only_what_changed():
     old = "a = compute(x)\nb = 2\nc = compute(y)\n"
     new = "a = compute_total(x)\nb = 2\nc = compute_total(y)\n"
     edits = minimal_edits(old, new, base=100)
-    assert [(e.start, e.end, e.new_text) for e in edits] == [(111, 111, "_total"), (132, 132, "_total")]
+    # whole tokens: the renamed identifier is replaced, never a few letters inside it
+    assert [(e.start, e.end, e.new_text) for e in edits] == [
+        (104, 111, "compute_total"),
+        (125, 132, "compute_total"),
+    ]
     assert apply("x" * 100 + old, edits) == "x" * 100 + new
     assert minimal_edits(old, old) == []
     # inserted and deleted lines
@@ -57,7 +61,10 @@ def test_minimal_edits_touch_only_what_changed():
 def test_rank_keeps_confident_changes_best_first():
     def rr(score, above, changed=True):
         edits = minimal_edits("a\n", "b\n") if changed else []
-        return RegionResult(Region(0, 0), "p", "a\n", "b\n", score, above, edits)
+        doc = Document("file:///x.py", "a\n", 1, "python")
+        return RegionResult(
+            Ask(doc, None, "x.py", Region(0, 0), 0, 10), "p", "a\n", "b\n", score, above, edits
+        )
 
     results = [rr(0.5, True), rr(0.9, False), rr(0.7, True), rr(0.99, True, changed=False)]
     kept = rank(results)
@@ -176,16 +183,15 @@ def test_vet_rejects_wiping_and_syntax_breaking_rewrites():
     original = SRC.split("\n")[line] + "\n"
 
     def result(rewritten):
-        return RegionResult(
-            Region(line, line), "p", original, rewritten, 0.9, True, minimal_edits(original, rewritten, start)
-        )
+        a = Ask(doc, parsed, "shop.py", Region(line, line), start, 10)
+        return RegionResult(a, "p", original, rewritten, 0.9, True, minimal_edits(original, rewritten, start))
 
     good = result(original.replace("compute(", "compute_total("))
-    assert vet(doc, parsed, good) is None
-    assert vet(doc, parsed, result("\n")) == "deletes the whole region"
-    assert vet(doc, parsed, result("    value = compute(items, 0.2\n")) == "introduces a syntax error"
+    assert vet(good) is None
+    assert vet(result("\n")) == "deletes the whole region"
+    assert vet(result("    value = compute(items, 0.2\n")) == "introduces a syntax error"
     broken = result("________________________________\n")  # the body dedented away: an empty block
-    broken.rejected = vet(doc, parsed, broken)
+    broken.rejected = vet(broken)
     assert broken.rejected == "empties a block" and rank([broken, good]) == [good]
 
 

@@ -104,6 +104,7 @@ class Extension implements vscode.Disposable {
       }),
       vscode.commands.registerCommand("editserver.nextEdit.jumpOrApply", () => this.nextEdits.jumpOrApply()),
       vscode.commands.registerCommand("editserver.nextEdit.dismiss", () => this.nextEdits.dismiss()),
+      vscode.commands.registerCommand("editserver.nextEdit.list", () => this.nextEdits.list()),
       vscode.commands.registerCommand("editserver.nextEdit.acceptWord", () => this.nextEdits.acceptPartial("word")),
       vscode.commands.registerCommand("editserver.nextEdit.acceptLine", () => this.nextEdits.acceptPartial("line")),
       vscode.commands.registerCommand("editserver.acceptNextWord", () => this.acceptPartial("word")),

@@ -22,6 +22,10 @@
  *   controller applies itself are recognised by a flag and keep the remaining suggestions.
  * - Visibility is a context key (`editserver.nextEditVisible`) so Tab/Esc are only taken over while
  *   something is shown; otherwise they keep their normal meaning.
+ * - Edits in other files (logic/crossFile.ts) are announced after the last edit drawn and in the
+ *   status bar ("7 more in 4 files"); Tab past the last in-file edit has the language server apply
+ *   the next file's edits (refused if that file changed since) and opens it at the first one;
+ *   `editserver.nextEdit.list` lists every proposed edit.
  */
 
 import * as path from "node:path";
@@ -41,6 +45,7 @@ import {
   type Range,
 } from "./logic/protocol";
 import { acceptSpans } from "./logic/acceptSpan";
+import { APPLY_EDITS_METHOD, mergeOthers, moreText, type OtherFiles } from "./logic/crossFile";
 import { isLinePreview, linePreview } from "./logic/preview";
 import {
   cursorOnEdit,
@@ -79,6 +84,9 @@ export class NextEditController implements vscode.Disposable {
   private timer: NodeJS.Timeout | undefined;
   private applying = false;
   private atCursor = false;
+  private others: OtherFiles | undefined;
+  private opening = false; // Tab is opening another file: the editor switch is ours
+  private readonly moreItem: vscode.StatusBarItem;
   private readonly disposables: vscode.Disposable[] = [];
   private readonly replaceDeco: vscode.TextEditorDecorationType;
   private readonly labelDeco: vscode.TextEditorDecorationType;
@@ -106,14 +114,19 @@ export class NextEditController implements vscode.Disposable {
     });
     this.upDeco = vscode.window.createTextEditorDecorationType({ gutterIconPath: media("next-edit-up.svg"), gutterIconSize: "contain" });
     this.downDeco = vscode.window.createTextEditorDecorationType({ gutterIconPath: media("next-edit-down.svg"), gutterIconSize: "contain" });
+    this.moreItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 99);
+    this.moreItem.command = "editserver.nextEdit.list";
     this.disposables.push(
+      this.moreItem,
       this.replaceDeco,
       this.labelDeco,
       this.hereDeco,
       this.upDeco,
       this.downDeco,
       vscode.workspace.onDidChangeTextDocument((e) => this.onDidChange(e)),
-      vscode.window.onDidChangeActiveTextEditor(() => this.dismiss()),
+      vscode.window.onDidChangeActiveTextEditor(() => {
+        if (!this.opening) this.dismiss();
+      }),
       vscode.window.onDidChangeTextEditorSelection((e) => this.updateAtCursor(e.textEditor)),
       vscode.window.onDidChangeTextEditorVisibleRanges((e) => {
         if (this.shown && e.textEditor.document.uri.toString() === this.shown.uri) this.render(e.textEditor);
@@ -160,6 +173,8 @@ export class NextEditController implements vscode.Disposable {
     const doc = editor.document;
     const uri = doc.uri.toString();
     const planned = planEdits(result, uri, (r) => doc.getText(toRange(r)));
+    this.others = mergeOthers(this.others, result, uri);
+    this.updateMore();
     if (!this.shown || this.shown.id !== result.id) {
       if (planned.length === 0) return;
       this.shown = { id: result.id, uri, edits: [] };
@@ -227,6 +242,11 @@ export class NextEditController implements vscode.Disposable {
         if (h.newText) labels.push({ range: toRange({ start: h.range.end, end: h.range.end }), hoverMessage, renderOptions: { after: { contentText: h.newText } } });
       }
     }
+    const more = moreText(this.others);
+    if (more && shown.edits.length > 0) {
+      const last = Math.max(...shown.edits.map((e) => e.range.end.line));
+      labels.push({ range: eol(last), renderOptions: { after: { contentText: `  ${more} (Tab)` } } });
+    }
     editor.setDecorations(this.replaceDeco, struck);
     editor.setDecorations(this.labelDeco, labels);
     editor.setDecorations(this.hereDeco, lines);
@@ -264,7 +284,7 @@ export class NextEditController implements vscode.Disposable {
   async jumpOrApply(): Promise<void> {
     const editor = vscode.window.activeTextEditor;
     const shown = this.shown;
-    if (!editor || !shown || editor.document.uri.toString() !== shown.uri) return;
+    if (!editor || !shown || editor.document.uri.toString() !== shown.uri) return this.nextFile();
     const action = tabAction(shown.edits, editor.selection.active);
     if (action.kind === "jump") {
       const pos = new vscode.Position(action.position.line, action.position.character);
@@ -327,14 +347,94 @@ export class NextEditController implements vscode.Disposable {
     this.shown = undefined;
     this.clearDecorations(editor);
     this.updateAtCursor(editor);
-    await vscode.commands.executeCommand("setContext", CONTEXT_KEY, false);
+    await vscode.commands.executeCommand("setContext", CONTEXT_KEY, !!moreText(this.others));
+  }
+
+  /** "N more in M files" in the status bar; Tab stays ours while other files have edits. */
+  private updateMore(): void {
+    const more = moreText(this.others);
+    if (more) {
+      this.moreItem.text = `$(arrow-right) ${more}`;
+      this.moreItem.tooltip = "editserver: Tab applies the next file's edits and opens it; click to list them";
+      this.moreItem.show();
+      void vscode.commands.executeCommand("setContext", CONTEXT_KEY, true);
+    } else {
+      this.moreItem.hide();
+      if (!this.shown) void vscode.commands.executeCommand("setContext", CONTEXT_KEY, false);
+    }
+  }
+
+  /** Tab past the last in-file edit: the language server applies the next file's edits (or refuses
+   * them when the file changed since), then the file opens at the first one. */
+  async nextFile(): Promise<void> {
+    const kept = this.others;
+    const client = this.getClient();
+    if (!kept || kept.files.length === 0 || !client || this.opening) return;
+    const file = kept.files.shift();
+    if (!file) return;
+    this.opening = true;
+    try {
+      const res = (await client.sendRequest(APPLY_EDITS_METHOD, { id: kept.id, uri: file.uri })) as {
+        applied?: boolean;
+        reason?: string | null;
+        range?: Range;
+      };
+      const name = vscode.workspace.asRelativePath(vscode.Uri.parse(file.uri));
+      if (!res?.applied || !res.range) {
+        void vscode.window.showWarningMessage(`editserver: ${name}: ${res?.reason ?? "not applied"}`);
+        return;
+      }
+      const editor = await vscode.window.showTextDocument(vscode.Uri.parse(file.uri));
+      const pos = new vscode.Position(res.range.start.line, res.range.start.character);
+      editor.selection = new vscode.Selection(pos, pos);
+      editor.revealRange(new vscode.Range(pos, pos), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+    } catch (err) {
+      this.log.warn(`applying next edits in ${file.uri} failed: ${String(err)}`);
+    } finally {
+      this.opening = false;
+      this.updateMore();
+    }
+  }
+
+  /** Every proposed edit, in this file and the others, to pick one and go there. */
+  async list(): Promise<void> {
+    type Item = vscode.QuickPickItem & { uri: string; line: number; character: number };
+    const items: Item[] = [];
+    const add = (uri: string, r: Range, newText: string) =>
+      items.push({
+        label: `${vscode.workspace.asRelativePath(vscode.Uri.parse(uri))}:${r.start.line + 1}`,
+        description: newText.split("\n")[0],
+        uri,
+        line: r.start.line,
+        character: r.start.character,
+      });
+    for (const e of this.shown?.edits ?? []) add(this.shown?.uri ?? "", e.range, e.newText);
+    for (const f of this.others?.files ?? []) for (const e of f.edits) add(f.uri, e.range, e.newText);
+    if (items.length === 0) return void vscode.window.showInformationMessage("editserver: no proposed edits");
+    const pick = await vscode.window.showQuickPick(items, { title: "editserver: proposed edits" });
+    if (!pick) return;
+    this.opening = true;
+    try {
+      const editor = await vscode.window.showTextDocument(vscode.Uri.parse(pick.uri));
+      const pos = new vscode.Position(pick.line, pick.character);
+      editor.selection = new vscode.Selection(pos, pos);
+      editor.revealRange(new vscode.Range(pos, pos), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+    } finally {
+      this.opening = false;
+    }
   }
 
   /** Esc (or any unrelated edit / editor switch): reject what is shown and clear it. */
   dismiss(): void {
     this.cancelPending();
     const shown = this.shown;
-    if (!shown) return;
+    const others = this.others;
+    this.others = undefined;
+    this.updateMore();
+    if (!shown) {
+      if (others) void this.getClient()?.sendNotification(DID_REJECT_METHOD, { id: others.id });
+      return;
+    }
     this.shown = undefined;
     this.clearDecorations(undefined);
     const editor = vscode.window.activeTextEditor;

@@ -20,6 +20,7 @@ local config = require('editserver.config')
 local util = require('editserver.util')
 local ghost = require('editserver.ghost')
 local nextedit = require('editserver.nextedit')
+local crossfile = require('editserver.crossfile')
 
 local api = vim.api
 local M = {}
@@ -64,7 +65,9 @@ function M.statusline()
   if st.state == 'ready' and (st.withheld or 0) > 0 then
     withheld = (' (%d withheld <%s)'):format(st.withheld, st.fimThreshold or '?')
   end
-  return 'editserver: ' .. st.state .. latency .. withheld
+  local more = crossfile.count()
+  more = more and (' · %d more in %d file%s'):format(more.edits, more.files, more.files == 1 and '' or 's') or ''
+  return 'editserver: ' .. st.state .. latency .. withheld .. more
 end
 
 --- One line that fits the screen without a "Press ENTER" prompt.
@@ -323,6 +326,9 @@ M.next_edit = {
   dismiss = nextedit.dismiss,
   current = nextedit.current,
   last = nextedit.last,
+  more = crossfile.count, -- {edits, files} proposed in other files, or nil
+  other_files = crossfile.files,
+  next_file = crossfile.next,
 }
 M.ghost = {
   accept = ghost.accept,
@@ -342,6 +348,19 @@ local subcommands = {
   end,
   next_edit = function()
     nextedit.request(0)
+  end,
+  next_edits = function()
+    -- every proposed edit, in this file and in the others, into the quickfix list
+    local bufnr = api.nvim_get_current_buf()
+    local shown = {}
+    for _, e in ipairs((nextedit.current(bufnr) or {}).edits or {}) do
+      table.insert(shown, { bufnr = bufnr, range = e.range, new = e.new })
+    end
+    if crossfile.quickfix(shown) > 0 then
+      vim.cmd.copen()
+    else
+      vim.notify('editserver: no proposed edits', vim.log.levels.INFO)
+    end
   end,
   log = function()
     -- the model server's log (where a crash shows), as the running language server reports it
@@ -398,7 +417,7 @@ function M.setup(opts)
     complete = function()
       return vim.tbl_keys(subcommands)
     end,
-    desc = 'editserver: toggle | restart | status | next_edit | log',
+    desc = 'editserver: toggle | restart | status | next_edit | next_edits | log',
   })
   -- Buffers that were open before setup() ran.
   for _, bufnr in ipairs(api.nvim_list_bufs()) do

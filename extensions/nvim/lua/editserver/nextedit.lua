@@ -1,8 +1,8 @@
 --- Next edits: proposed edits anywhere in the buffer, drawn where they are, applied with keys.
 ---
 --- Design decisions:
---- - When to ask: once idle (`next_edit.debounce_ms`) after a normal-mode change, or after leaving
----   insert mode having typed something; a bare InsertLeave asks nothing. Requests say
+--- - When to ask: at once on leaving insert mode having typed something, or once idle
+---   (`next_edit.debounce_ms`) after a normal-mode change; a bare InsertLeave asks nothing. Requests say
 ---   `trigger = "auto"`, and the language server asks the model only when the edit renamed
 ---   something, changed a literal or a signature. Any new edit cancels the request in flight.
 --- - Streaming: requests ask for `partialResults`; each `editserver/nextEditPartial` is drawn as it
@@ -15,7 +15,10 @@
 ---   they are (changed tokens struck through) and previews the new lines below them as virtual
 ---   lines, changed tokens highlighted. No signs: the sign column never appears or shifts text.
 --- - `jump` goes to the next edit in document order from the cursor (wrapping); on an edit's lines
----   it applies that edit, so <Tab><Tab> = go there, apply.
+---   it applies that edit, so <Tab><Tab> = go there, apply. Past the last one, edits the reply
+---   proposed in other files follow (crossfile.lua): Tab applies the next file's and opens it.
+--- - Leaving insert mode after typing asks at once (the edit is done); a normal-mode change (`x`,
+---   `p`, `.`) waits `next_edit.debounce_ms`, since another may follow.
 --- - Partial accept applies whole hunks: "word" the next hunk, "line" every hunk starting on its
 ---   line, so the buffer never holds half a token of either side.
 --- - Any edit the user makes while edits are shown rejects them (didReject); the plugin's own changes
@@ -24,6 +27,7 @@
 local util = require('editserver.util')
 local diff = require('editserver.diff')
 local draw = require('editserver.nextedit_draw')
+local crossfile = require('editserver.crossfile')
 
 local api = vim.api
 local M = {}
@@ -39,7 +43,18 @@ local hunk_range, track, before, edit_range = draw.hunk_range, draw.track, draw.
 local sorted_hunks, new_text_of = draw.sorted_hunks, draw.new_text_of
 
 local function render(bufnr)
-  draw.render(bufnr, buffers[bufnr] and buffers[bufnr].set)
+  local set = buffers[bufnr] and buffers[bufnr].set
+  draw.render(bufnr, set)
+  -- "N more in M files" under the last in-file edit, or the cursor's line once none is left
+  local row = api.nvim_win_get_cursor(vim.fn.bufwinid(bufnr) ~= -1 and vim.fn.bufwinid(bufnr) or 0)[1] - 1
+  if set then
+    row = 0
+    for _, e in ipairs(set.edits) do
+      local _, _, erow = draw.edit_range(bufnr, e)
+      row = math.max(row, erow)
+    end
+  end
+  crossfile.hint(bufnr, row)
 end
 
 local function clear(bufnr)
@@ -107,6 +122,7 @@ local function add(bufnr, client, id, edits, first_index)
   end
   local set = b.set
   local uri = vim.uri_from_bufnr(bufnr)
+  crossfile.add(client, id, edits, uri, first_index == 0)
   for i, e in ipairs(edits) do
     local key = type(e) == 'table' and e.range and type(e.newText) == 'string' and key_of(e)
     local dup = false
@@ -135,6 +151,7 @@ local function add(bufnr, client, id, edits, first_index)
   end
   if #set.edits == 0 then
     b.set = nil
+    render(bufnr)
     return
   end
   render(bufnr)
@@ -246,10 +263,16 @@ function M.request(bufnr, trigger)
   return true
 end
 
---- Reject and hide what is shown.
-function M.dismiss(bufnr)
+--- Reject and hide what is shown (and, with `others`, the edits proposed in other files).
+function M.dismiss(bufnr, others)
   bufnr = util.buf(bufnr)
   local set = buffers[bufnr] and buffers[bufnr].set
+  if others ~= false and crossfile.count() then
+    crossfile.clear(not set)
+    if not set then
+      return true
+    end
+  end
   if not set then
     return false
   end
@@ -325,9 +348,9 @@ local function finish_if_done(bufnr, set, e)
   end
   if #set.edits == 0 then
     clear(bufnr)
-  else
-    render(bufnr)
+    buffers[bufnr].set = nil
   end
+  render(bufnr)
 end
 
 --- Apply one edit completely (didAccept with its index).
@@ -342,7 +365,7 @@ function M.jump(bufnr)
   bufnr = util.buf(bufnr)
   local set = buffers[bufnr] and buffers[bufnr].set
   if not set then
-    return false
+    return crossfile.next()
   end
   local here = edit_at_cursor(bufnr, set)
   if here then
@@ -436,15 +459,25 @@ function M.attach(_, bufnr, opts)
         b.insert_tick = tick
         return
       end
-      if ev.event == 'TextChanged' and b.own_tick == tick then
-        return -- our own apply
+      if ev.event == 'TextChanged' and (b.own_tick == tick or b.asked_tick == tick) then
+        return -- our own apply, or the TextChanged that follows leaving insert mode (asked already)
       end
       if ev.event ~= 'InsertLeave' then
         cancel(bufnr) -- a new edit makes the request in flight stale
-        M.dismiss(bufnr)
+        M.dismiss(bufnr, false)
       end
-      local typed = ev.event == 'TextChanged' or (ev.event == 'InsertLeave' and b.insert_tick ~= tick)
-      if opts.next_edit.auto and typed then
+      if not opts.next_edit.auto then
+        return
+      end
+      if ev.event == 'InsertLeave' and b.insert_tick ~= tick then
+        if b.timer then
+          b.timer:stop()
+          b.timer:close()
+          b.timer = nil
+        end
+        b.asked_tick = tick
+        M.request(bufnr, 'auto') -- leaving insert mode says the edit is done: no debounce
+      elseif ev.event == 'TextChanged' then
         schedule_request(bufnr)
       end
     end,
