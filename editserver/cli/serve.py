@@ -78,6 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="longest context served, in tokens (default 32768; an open model's own is capped to it)",
     )
     p.add_argument(
+        "--chat-template",
+        default="auto",
+        metavar="auto|none|FILE",
+        help="chat template for an open model's edit prompts: auto (the directory's; none for a base "
+        "checkpoint), none (the raw prompt) or a Jinja file (default auto)",
+    )
+    p.add_argument(
         "--api-key",
         default=os.environ.get("EDITSERVER_API_KEY") or None,
         help="require 'Authorization: Bearer KEY' on /v1/* (default: $EDITSERVER_API_KEY)",
@@ -147,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             dtype=args.dtype,
             max_context=args.max_context,
+            chat_template=args.chat_template,
         )
     except ValueError as exc:
         print(f"editserver serve: {exc}", file=sys.stderr)
@@ -178,7 +186,9 @@ def run(args: argparse.Namespace) -> int:
 
     def build():  # on the replica's loading thread, while /health answers 503
         t0 = time.perf_counter()
-        engine = Engine.load(settings.model, settings.device, settings.dtype, settings.max_context)
+        engine = Engine.load(
+            settings.model, settings.device, settings.dtype, settings.max_context, settings.chat_template
+        )
         print(
             f"editserver serve: {engine.family} model, {engine.num_parameters:,} parameters, {engine.dtype}, "
             f"{settings.device}, context {engine.context_length}, loaded in {time.perf_counter() - t0:.1f}s",

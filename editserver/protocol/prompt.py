@@ -68,15 +68,45 @@ def _block(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def build_prompt(p: EditPrompt) -> str:
-    parts = [RV_OPEN + "\n"]
+def prompt_parts(p: EditPrompt) -> list[tuple[str, bool]]:
+    """The built prompt as ``(text, is_tag)`` pieces in order: the layout's own tags apart from the
+    user's text (file content, snippets, paths, diffs), so a tokenizer can insert the tags as ids and
+    encode the text as text (``encode_prompt``)."""
+    out: list[tuple[str, bool]] = [(RV_OPEN, True), ("\n", False)]
     for s in p.snippets:
-        parts.append(f"{SNIP_OPEN}\n{SNIPPET_PATH}{s.path}\n{_block(s.code)}{SNIP_CLOSE}\n")
-    parts.append(RV_CLOSE + "\n\n")
-    parts.append(f"{CUR_OPEN}\n{CURRENT_PATH}{p.file_path}\n{_block(p.above)}")
-    parts.append(f"{EDIT_OPEN}\n{_block(p.region_with_cursor)}{EDIT_CLOSE}\n{_block(p.below)}{CUR_CLOSE}\n\n")
-    parts.append(f"{HIST_OPEN}\n{_block(p.history)}{HIST_CLOSE}")
-    return "".join(parts)
+        out += [(SNIP_OPEN, True), (f"\n{SNIPPET_PATH}{s.path}\n{_block(s.code)}", False), (SNIP_CLOSE, True)]
+        out.append(("\n", False))
+    out += [(RV_CLOSE, True), ("\n\n", False), (CUR_OPEN, True)]
+    out += [(f"\n{CURRENT_PATH}{p.file_path}\n{_block(p.above)}", False), (EDIT_OPEN, True), ("\n", False)]
+    region = _block(p.region_with_cursor)
+    cut = p.cursor  # the cursor tag sits at ``cursor``, whatever the region's text spells
+    before, after = region[:cut], region[cut + len(CURSOR) :]
+    out += [(before, False), (CURSOR, True), (after, False), (EDIT_CLOSE, True)]
+    out += [(f"\n{_block(p.below)}", False), (CUR_CLOSE, True), ("\n\n", False), (HIST_OPEN, True)]
+    out += [(f"\n{_block(p.history)}", False), (HIST_CLOSE, True)]
+    return out
+
+
+def build_prompt(p: EditPrompt) -> str:
+    return "".join(text for text, _ in prompt_parts(p))
+
+
+def encode_prompt(
+    p: EditPrompt, encode_text: Callable[[str], list[int]], tag_id: Callable[[str], int]
+) -> list[int]:
+    """The built prompt's ids: each tag as its id (``tag_id``), each run of text between tags through
+    ``encode_text``, which reads a string that spells a tag as text."""
+    ids: list[int] = []
+    run = ""  # text between two tags, encoded as one string
+    for text, is_tag in prompt_parts(p):
+        if not is_tag:
+            run += text
+            continue
+        if run:
+            ids += encode_text(run)
+        ids.append(tag_id(text))
+        run = ""
+    return ids + (encode_text(run) if run else [])
 
 
 def _between(text: str, open_tag: str, close_tag: str, *, required: bool) -> str | None:
@@ -210,28 +240,28 @@ def _cuts(p: EditPrompt) -> Iterator[EditPrompt]:
 
 def fit_prompt(
     p: EditPrompt,
-    encode: Callable[[str], list[int]],
+    encode: Callable[[EditPrompt], list[int]],
     budget: int,
     min_tokens: Callable[[str], int] | None = None,
 ) -> tuple[EditPrompt, list[int]] | None:
-    """``p`` cut until its built prompt is at most ``budget`` tokens, with that prompt's tokens (so
-    callers never encode it twice), or None when even the region with the newest diff is too long.
-    Cuts, in order: the recently viewed snippets; the file context to 40, 16, 6 and 0 lines on each
-    side; the history to its 3 newest diffs, then the newest. Training rows (model/train/data.py) and
-    inference (model/infer/engine.py) both cut with this, so they agree.
+    """``p`` cut until its prompt is at most ``budget`` tokens, with that prompt's tokens
+    (``encode(cut)``, so callers never encode it twice), or None when even the region with the newest
+    diff is too long. Cuts, in order: the recently viewed snippets; the file context to 40, 16, 6 and 0
+    lines on each side; the history to its 3 newest diffs, then the newest. Training rows
+    (model/train/data.py) and inference (model/infer/engine.py) both cut with this, so they agree.
 
-    ``min_tokens(text)``, a cheap lower bound on ``len(encode(text))`` (``Tokenizer.min_tokens``),
-    skips encoding a cut that cannot fit: most training rows' first cuts are far over a 256-token
-    budget, and encoding them was half of building a next-edit row. The result is unchanged."""
+    ``min_tokens(text)``, a cheap lower bound on the built prompt's token count
+    (``Tokenizer.min_tokens``), skips encoding a cut that cannot fit: most training rows' first cuts
+    are far over a 256-token budget, and encoding them was half of building a next-edit row. The
+    result is unchanged."""
     tried = None
     for q in _cuts(p):
         if q == tried:  # this cut changes nothing: encoding it again would only cost time
             continue
         tried = q
-        text = build_prompt(q)
-        if min_tokens is not None and min_tokens(text) > budget:
+        if min_tokens is not None and min_tokens(build_prompt(q)) > budget:
             continue  # cannot fit: skip the encode
-        ids = encode(text)
+        ids = encode(q)
         if len(ids) <= budget:
             return q, ids
     return None

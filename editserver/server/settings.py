@@ -41,6 +41,7 @@ class Settings:
     log_level: str = "info"
     dtype: str = "auto"  # serving dtype: auto (bf16 where native, else fp32), fp32, bf16, fp16
     max_context: int = 32768  # the longest context served (an open model's own is capped to it)
+    chat_template: str = "auto"  # open models' edit prompts: auto (none for base checkpoints), none, FILE
     extra: dict = field(default_factory=dict)  # free-form provenance shown by /health
 
     def __post_init__(self) -> None:
@@ -59,5 +60,7 @@ class Settings:
             raise ValueError(f"dtype must be auto, fp32, bf16 or fp16, got {self.dtype!r}")
         if self.max_context < 1:
             raise ValueError(f"max_context must be at least 1, got {self.max_context}")
+        if self.chat_template not in ("auto", "none") and not Path(self.chat_template).expanduser().is_file():
+            raise ValueError(f"--chat-template must be auto, none or a file, got {self.chat_template!r}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")

@@ -96,7 +96,10 @@ def test_fit_prompt_cuts_outer_context_first_and_keeps_the_region() -> None:
     diffs = [unified_diff("m.py", f"x = {i}\n", f"x = {i + 1}\n") for i in range(5)]
     p = EditPrompt("m.py", above, "y = 1\n", 0, below, [Snippet("o.py", "z = 2\n" * 50)], "".join(diffs))
     assert split_history(p.history) == diffs
-    enc = list  # characters stand in for tokens
+
+    def enc(q):  # characters stand in for tokens
+        return list(build_prompt(q))
+
     kept = fit_prompt(p, enc, 10**6)
     assert kept is not None and kept[0] is p, "a prompt that fits is untouched"
     assert kept[1] == list(build_prompt(p)), "with the tokens of the prompt it kept"
@@ -134,12 +137,12 @@ def test_fit_prompt_with_a_token_bound_keeps_the_same_cut() -> None:
     p = EditPrompt("m.py", above, "y = 1\n", 0, below, [], diffs)
     calls: list[int] = []
 
-    def enc(text: str) -> list[int]:
+    def enc(q: EditPrompt) -> list[int]:
         calls.append(1)
-        return tok.encode(text)
+        return tok.encode_prompt(q)
 
     for budget in (20, 60, 150, 400, 1200, 10**6):
-        plain = fit_prompt(p, tok.encode, budget)
+        plain = fit_prompt(p, tok.encode_prompt, budget)
         calls.clear()
         bounded = fit_prompt(p, enc, budget, Tokenizer.min_tokens)
         assert bounded == plain, budget

@@ -176,9 +176,11 @@ class Engine:
         device: str = "cpu",
         dtype: torch.dtype | str = torch.float32,
         max_context: int | None = None,
+        chat_template: str = "auto",
     ) -> Engine:
         kw = {} if max_context is None else {"max_context": max_context}
-        return cls(load_checkpoint(path, device=device, dtype=dtype, **kw), device, max_context=max_context)
+        ck = load_checkpoint(path, device=device, dtype=dtype, chat_template=chat_template, **kw)
+        return cls(ck, device, max_context=max_context)
 
     @property
     def family(self) -> str:
@@ -414,8 +416,11 @@ class Engine:
         )
 
     def suppressed_ids(self) -> list[int]:
-        """Layout tags the sampler never proposes (every special token but end-of-text)."""
-        return [i for i in self.tok.special_ids.values() if i != self.tok.eot_id]
+        """Layout tags the sampler never proposes: every special token but the canvas filler
+        (end-of-text or pad) and an end-of-turn, which an instruct model writes to end its answer
+        (the tokenizer's ``turn_end_ids``; decoding cuts the text there)."""
+        allowed = {self.tok.eot_id, *getattr(self.tok, "turn_end_ids", ())}
+        return [i for i in self.tok.special_ids.values() if i not in allowed]
 
     @torch.no_grad()
     def middle_ce(self, req: FimRequest, middle: str, left_to_right: bool = False) -> float:

@@ -30,6 +30,7 @@ from editserver.protocol.prompt import (
     EDIT_CLOSE,
     EDIT_OPEN,
     EditPrompt,
+    build_prompt,
     edit_canvas_pos,
     fim_window,
     fit_prompt,
@@ -74,12 +75,12 @@ class OwnLayout:
     ) -> tuple[list[int], int, int]:
         """Context ids, the prompt's token count to hold against the ``context`` and the prompt
         tokens dropped."""
-        full = self.tok.encode(prompt)
+        full = self.tok.encode_prompt(parsed)  # the tags as ids, the user's text as text
         # cut as training rows were; a region too long for the window keeps the whole prompt
         fitted = (
             None
             if window is None
-            else fit_prompt(parsed, self.tok.encode, window - canvas - 1, self.tok.min_tokens)
+            else fit_prompt(parsed, self.tok.encode_prompt, window - canvas - 1, self.tok.min_tokens)
         )
         ids = full if fitted is None else fitted[1]
         return [*ids, self.tok.rewrite_id], len(full) + 1, len(full) - len(ids)
@@ -135,12 +136,14 @@ class InPlaceLayout:
         """A prompt longer than the context leaves room for the canvas by the cuts our own model's
         window uses (snippets, outer file lines, old diffs; ``fit_prompt``); one that no cut fits is
         returned whole, for the engine to reject."""
-        full = self._lead(self.tok.encode(self.tok.chat(prompt)))
+
+        def encode(p: EditPrompt) -> list[int]:  # the template's tags as ids, the prompt as text
+            return self._lead(self.tok.encode_chat(build_prompt(p)))
+
+        full = encode(parsed)
         if len(full) + canvas <= context:
             return full, len(full), 0
-        fitted = fit_prompt(
-            parsed, lambda text: self._lead(self.tok.encode(self.tok.chat(text))), context - canvas
-        )
+        fitted = fit_prompt(parsed, encode, context - canvas)
         if fitted is None:
             return full, len(full), 0
         return fitted[1], len(fitted[1]), len(full) - len(fitted[1])

@@ -22,7 +22,7 @@ import torch
 from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig
 from editserver.model.infer.hf.families import UnsupportedModelError, detect
 from editserver.model.infer.hf.loader import load_weights, shard_files
-from editserver.model.infer.hf.tokenizer import OpenTokenizer
+from editserver.model.infer.hf.tokenizer import OpenTokenizer, choose_template, read_tokenizer
 
 __all__ = ["UnsupportedModelError", "is_open_dir", "load_open_checkpoint", "open_inference"]
 
@@ -44,28 +44,29 @@ def open_inference() -> InferenceConfig:
     return dataclasses.replace(InferenceConfig(), line_canvases=(16,))
 
 
-def load_open_checkpoint(d: Path, device: str, dtype: torch.dtype, max_context: int = CONTEXT_LENGTH):
+def load_open_checkpoint(
+    d: Path, device: str, dtype: torch.dtype, max_context: int = CONTEXT_LENGTH, chat_template: str = "auto"
+):
+    """The directory as a ``Checkpoint``; ``chat_template``: ``auto`` (the directory's, none for a base
+    checkpoint), ``none`` or a template file (model/infer/hf/tokenizer.py)."""
     from editserver.model.infer.checkpoint import Checkpoint
 
     if max_context < 1:
         raise ValueError(f"max_context must be at least 1, got {max_context}")
-    for f in ("config.json", "tokenizer.json"):
-        if not (d / f).is_file():
-            raise FileNotFoundError(f"{d} is not a model directory (missing {f})")
+    if not (d / "config.json").is_file():
+        raise FileNotFoundError(f"{d} is not a model directory (missing config.json)")
     shard_files(d)  # a missing shard fails before anything is built
     raw = json.loads((d / "config.json").read_text())
     tok_cfg_path = d / "tokenizer_config.json"
     tok_cfg = json.loads(tok_cfg_path.read_text()) if tok_cfg_path.is_file() else {}
-    from tokenizers import Tokenizer as HFTokenizer
-
     try:
-        hf_tok = HFTokenizer.from_file(str(d / "tokenizer.json"))
-    except Exception as exc:  # the tokenizers library raises a bare Exception
+        hf_tok = read_tokenizer(d, tok_cfg)
+    except ValueError:
         detect(raw, 0)  # an unknown family is the clearer error
-        raise ValueError(f"cannot read {d / 'tokenizer.json'}: {exc}") from None
+        raise
     cfg = detect(raw, OpenTokenizer.find_mask(hf_tok, tok_cfg))
     cfg = dataclasses.replace(cfg, max_seq_len=min(cfg.max_position_embeddings, max_context))
-    tok = OpenTokenizer(hf_tok, tok_cfg, raw)
+    tok = OpenTokenizer(hf_tok, tok_cfg, raw, choose_template(d, tok_cfg, chat_template))
     if tok.vocab_size > cfg.vocab_size:
         raise ValueError(
             f"the tokenizer has {tok.vocab_size} tokens but the model's vocabulary has {cfg.vocab_size}"
