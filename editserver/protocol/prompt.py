@@ -8,6 +8,12 @@ Design decisions:
   ``<|cursor|>`` raises ``PromptError`` naming the problem.
 - Section bodies keep their exact text; the region's text is what the model rewrites, so the newline
   conventions around tags are fixed here: each tag sits on its own line.
+- A tag is told from user text that spells it by where it stands: a section tag counts where it is
+  alone on its line, as ``build_prompt`` writes it (a client that writes tags inline still parses, by
+  first occurrence, when no line holds the tag alone); ``<|cursor|>`` counts only inside the
+  ``<|code_to_edit|>`` region. So code that mentions a tag inside a line (``s = '<|cursor|>'``,
+  ``if "<|code_to_edit|>" in text``) is text, wherever it sits. Tokenizers then insert the tags as
+  ids and encode the text as text (``prompt_parts``, ``encode_prompt``).
 """
 
 from __future__ import annotations
@@ -109,15 +115,40 @@ def encode_prompt(
     return ids + (encode_text(run) if run else [])
 
 
+def _alone(text: str, i: int, tag: str) -> bool:
+    end = i + len(tag)
+    return (i == 0 or text[i - 1] == "\n") and (end == len(text) or text[end] == "\n")
+
+
+def _tag_at(text: str, tag: str, start: int = 0) -> int:
+    """The first ``tag`` at or after ``start`` alone on its line, else the first anywhere; -1: none."""
+    first = i = text.find(tag, start)
+    while i >= 0:
+        if _alone(text, i, tag):
+            return i
+        i = text.find(tag, i + 1)
+    return first
+
+
+def _tag_count(text: str, tag: str) -> int:
+    """How many ``tag`` the text holds as tags: those alone on their lines, else every occurrence."""
+    at, i = [], text.find(tag)
+    while i >= 0:
+        at.append(i)
+        i = text.find(tag, i + 1)
+    alone = [i for i in at if _alone(text, i, tag)]
+    return len(alone) if alone else len(at)
+
+
 def _between(text: str, open_tag: str, close_tag: str, *, required: bool) -> str | None:
-    start = text.find(open_tag)
+    start = _tag_at(text, open_tag)
     if start < 0:
         if required:
             raise PromptError(f"prompt is missing the {open_tag} section")
         return None
-    if text.find(open_tag, start + 1) >= 0:
+    if _tag_count(text, open_tag) > 1:
         raise PromptError(f"prompt has more than one {open_tag} tag")
-    end = text.find(close_tag, start)
+    end = _tag_at(text, close_tag, start)
     if end < 0:
         raise PromptError(f"prompt has {open_tag} without its closing {close_tag}")
     return text[start + len(open_tag) : end]
@@ -135,9 +166,6 @@ def parse_prompt(text: str) -> EditPrompt:
     body = current if current is not None else text
     if EDIT_OPEN not in body:
         raise PromptError(f"prompt is missing the {EDIT_OPEN} region")
-    n_cursors = body.count(CURSOR)
-    if n_cursors > 1:
-        raise PromptError(f"prompt has {n_cursors} {CURSOR} tags; exactly one is allowed")
     body = strip_one_newline(body)
     file_path = ""
     if body.startswith(CURRENT_PATH):
@@ -147,9 +175,13 @@ def parse_prompt(text: str) -> EditPrompt:
         body = body[line_end + 1 :]
     region_raw = _between(body, EDIT_OPEN, EDIT_CLOSE, required=True)
     assert region_raw is not None
-    above = body[: body.find(EDIT_OPEN)]
-    below = strip_one_newline(body[body.find(EDIT_CLOSE) + len(EDIT_CLOSE) :])
+    open_at = _tag_at(body, EDIT_OPEN)
+    above = body[:open_at]
+    below = strip_one_newline(body[_tag_at(body, EDIT_CLOSE, open_at) + len(EDIT_CLOSE) :])
     region_raw = strip_one_newline(region_raw)
+    n_cursors = region_raw.count(CURSOR) or (above + below).count(CURSOR)
+    if n_cursors > 1:
+        raise PromptError(f"prompt has {n_cursors} {CURSOR} tags; exactly one is allowed")
     if CURSOR in region_raw:
         cursor = region_raw.find(CURSOR)
         region = region_raw.replace(CURSOR, "", 1)
@@ -159,11 +191,13 @@ def parse_prompt(text: str) -> EditPrompt:
         cursor, region = 0, region_raw
     snippets = []
     rv = _between(text, RV_OPEN, RV_CLOSE, required=False) or ""
-    for chunk in rv.split(SNIP_OPEN)[1:]:
-        end = chunk.find(SNIP_CLOSE)
+    at = _tag_at(rv, SNIP_OPEN)
+    while at >= 0:
+        end = _tag_at(rv, SNIP_CLOSE, at)
         if end < 0:
             raise PromptError(f"{SNIP_OPEN} without its closing {SNIP_CLOSE}")
-        chunk = strip_one_newline(chunk[:end])
+        chunk = strip_one_newline(rv[at + len(SNIP_OPEN) : end])
+        at = _tag_at(rv, SNIP_OPEN, end)
         path = ""
         if chunk.startswith(SNIPPET_PATH):
             nl = chunk.find("\n")

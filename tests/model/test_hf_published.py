@@ -159,7 +159,7 @@ def test_prompt_text_that_spells_a_token_costs_its_characters(published, name):
             b, _, _ = engine.fim_layout(FimRequest(pre.replace(s, q), suf.replace(s, q)), 8)
             sa, sb = tok.encode(suf), tok.encode(suf.replace(s, q))
             assert abs(len(a) + len(sa) - len(b) - len(sb)) <= 1
-            assert not control & set(a + sa)
+            assert not control & set(a[len(engine.layout.head) :] + sa), "only the layout's own BOS"
         for part in ("above", "region", "below", "history"):
             kw = dict(file_path="m.py", above="a = 1\n", region="b = 2\n", cursor=0, below="", history="")
             kw[part] = f"x = '{s}'\n"
@@ -181,3 +181,53 @@ def test_answers_fim_and_edit(published, name):
     edit = engine.complete(EditRequest(build_prompt(p), max_tokens=8))
     assert edit.region == "y = x\n" and edit.steps >= 1
     assert torch.isfinite(torch.tensor(edit.score))
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_infill_layout_and_window_per_family(published, name):
+    """BOS before the prefix (Dream, LLaDA), EOS after the suffix (the Dream family, as DreamOn's
+    infilling code), nothing for Open-dCoder; the window is the publisher's evaluated length and an
+    explicit max_context raises it."""
+    engine = Engine.load(published[name])
+    tok = engine.tok
+    pre, suf = "def f(x):\n    return ", "\n\nprint(f(1))\n"
+    ctx, tail, dropped = engine.fim_layout(FimRequest(pre, suf), 8)
+    bos, eos = {"Open": (False, False), "LLaDA": (True, False)}.get(name.split("-")[0], (True, True))
+    assert ctx == ([tok.bos_id] if bos else []) + tok.encode(pre)
+    assert tail == tok.encode(suf) + ([tok.eos_id] if eos else [])
+    assert dropped == 0
+    window = 4096 if "LLaDA" in name else 2048
+    assert engine.inference.window_tokens == window and engine.window == window
+    if engine.context_length == window:
+        return  # LLaDA: its own 4,096 positions are the window; longer input is refused (test_hf_server)
+    long = "x = 1\n" * 1000  # ~5,000 tokens: over the window, within the 32K context
+    ctx, tail, dropped = engine.fim_layout(FimRequest(long, suf), 8)
+    assert dropped > 0 and len(ctx) + len(tail) + 8 <= window
+    assert ctx[-5:] == tok.encode(long)[-5:] and tail == tok.encode(suf) + ([tok.eos_id] if eos else [])
+    wide = Engine.load(published[name], max_context=16384)
+    assert wide.window == 16384 and wide.fim_layout(FimRequest(long, suf), 8)[2] == 0
+
+
+def test_llada_rotary_in_fp32(published):
+    """LLaDA's modeling code rotates q and k in fp32 whatever the weights' type; Dream's in its own."""
+    from editserver.kernels import reference
+    from editserver.model.infer.transformer import rope_tables
+
+    engine = Engine.load(published["LLaDA-8B-Instruct"], dtype=torch.bfloat16)
+    model = engine.model
+    attn = model.layers[0].self_attn
+    assert attn.rope_fp32
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, model.cfg.dim, dtype=torch.bfloat16)
+    pos = torch.tensor([[3000, 3001, 3002, 3003]])
+    cos, sin = model._tables(pos)
+    assert cos.dtype == torch.float32
+    _, k, _ = attn(x, cos, sin, None)
+    k_raw = attn.k_proj(x).view(1, 4, attn.hkv, attn.hd)
+    c32, s32 = rope_tables(attn.hd, pos, model.cfg.rope_theta)
+    want = reference.rotary_reference(k_raw.float(), k_raw.float(), c32, s32)[1].to(torch.bfloat16)
+    assert torch.equal(k, want.transpose(1, 2))
+    low = reference.rotary_reference(k_raw, k_raw, c32.to(torch.bfloat16), s32.to(torch.bfloat16))[1]
+    assert not torch.equal(k, low.transpose(1, 2)), "bf16 tables rotate differently at these positions"
+    dream = Engine.load(published["Dream-v0-Instruct-7B"], dtype=torch.bfloat16).model
+    assert not dream.layers[0].self_attn.rope_fp32 and dream._tables(pos)[0].dtype == torch.bfloat16

@@ -148,3 +148,26 @@ def test_fit_prompt_with_a_token_bound_keeps_the_same_cut() -> None:
         assert bounded == plain, budget
         if budget == 60:
             assert len(calls) <= 1, "cuts that cannot fit are not encoded"
+
+
+def test_code_that_spells_the_tags_parses_back_as_text() -> None:
+    """A tag counts where it stands alone on its line (or, for the cursor, inside the region); code that
+    mentions a tag inside a line is text, in every part of the prompt."""
+    from editserver.model.infer.tokenizer import EDIT_TAGS
+    from editserver.protocol.prompt import EditPrompt, PromptError, Snippet, build_prompt, parse_prompt
+
+    spelled = "".join(f"s{i} = '{t}'\n" for i, t in enumerate(EDIT_TAGS))
+    p = EditPrompt(
+        "m.py",
+        "x = 1\n" + spelled,
+        "y = '<|code_to_edit|>'\nz = 2\n",
+        len("y = '<|code_to_edit|>'\n"),
+        spelled + "w = 3\n",
+        [Snippet("o.py", spelled), Snippet("q.py", "if '<|/recently_viewed_code_snippet|>' in t: pass\n")],
+        "--- m.py\n+++ m.py\n@@ -1 +1 @@\n-a = '<|/edit_diff_history|>'\n+b = '<|edit_diff_history|>'\n",
+    )
+    assert parse_prompt(build_prompt(p)) == p
+    # the one place a string format cannot tell: the region itself spelling the cursor
+    twice = build_prompt(p).replace("z = 2", "z = '<|cursor|>'")
+    with pytest.raises(PromptError, match="exactly one"):
+        parse_prompt(twice)

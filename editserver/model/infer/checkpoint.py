@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig, ModelConfig
+from editserver.model.infer.config import InferenceConfig, ModelConfig
 from editserver.model.infer.tokenizer import Tokenizer
 from editserver.model.infer.transformer import Transformer
 
@@ -96,13 +96,17 @@ def load_checkpoint(
     directory: str | Path | None = None,
     device: str = "cpu",
     dtype: torch.dtype | str = torch.float32,
-    max_context: int = CONTEXT_LENGTH,
+    max_context: int | None = None,
     chat_template: str = "auto",
 ) -> Checkpoint:
     """Our checkpoint, or an open-weight model directory (model/infer/hf/) served at most
     ``max_context`` tokens of context. ``dtype`` may name one (``serving_dtype``): ``"auto"`` keeps
     our own checkpoints in fp32 (their thresholds were tuned so) and picks bf16 for open models where
-    it is native. ``chat_template`` (``auto``, ``none`` or a file) applies to open models only."""
+    it is native. ``max_context`` None: 32K, and each open family's evaluated window
+    (model/infer/hf/__init__.py). ``chat_template`` (``auto``, ``none`` or a file) applies to open models only."""
+    from editserver.model.infer.hub import resolve_model
+
+    directory = resolve_model(directory)  # a name pulled with `editserver pull`
     d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
     if not d.is_dir():
         raise FileNotFoundError(f"{d} is not a checkpoint directory (no such directory)")
