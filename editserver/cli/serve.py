@@ -62,7 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument(
-        "--model", type=Path, default=None, help="checkpoint directory (default: the shipped model)"
+        "--model",
+        type=Path,
+        default=None,
+        help="checkpoint directory, or a name pulled with `editserver pull` (default: the shipped model)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument(
@@ -74,8 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-context",
         type=int,
-        default=32768,
-        help="longest context served, in tokens (default 32768; an open model's own is capped to it)",
+        default=None,
+        help="longest context served and read, in tokens (default: 32768 served, and an open model reads "
+        "the window its publisher evaluates it at, 2048 or 4096; its own context caps it)",
     )
     p.add_argument(
         "--chat-template",
@@ -169,6 +173,13 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(settings.threads)
     if settings.device.startswith("cuda") and not torch.cuda.is_available():
         print("editserver serve: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
+    from editserver.model.infer.hub import resolve_model
+
+    try:  # a name pulled with `editserver pull`
+        settings = dataclasses.replace(settings, model=resolve_model(settings.model))
+    except FileNotFoundError as exc:
+        print(f"editserver serve: cannot load the model: {exc}", file=sys.stderr)
         return 2
     if settings.model is not None and not Path(settings.model).is_dir():  # fails before the port opens
         print(
