@@ -43,6 +43,16 @@ def published(tmp_path_factory):
     return {name: make_published(root, name)[0] for name in PUBLISHED}
 
 
+_ENGINES: dict = {}
+
+
+def _engine(d) -> Engine:
+    """The directory's engine with default settings, loaded once per directory."""
+    if d not in _ENGINES:
+        _ENGINES[d] = Engine.load(d)
+    return _ENGINES[d]
+
+
 def _reference(d):
     """transformers' tokenizer for the directory, chosen by class, never by the directory's code."""
     from transformers import PreTrainedTokenizerFast, Qwen2Tokenizer
@@ -82,7 +92,7 @@ def test_special_tokens_as_each_publisher_uses_them(published, name):
     assert ours.eot_id == pad, "the canvas filler is the tokenizer's pad token"
     assert turn in ours.turn_end_ids and turn in ours.end_ids
     assert ours.mask_id == mask
-    engine = Engine.load(d)
+    engine = _engine(d)
     suppressed = set(engine.suppressed_ids())
     assert turn not in suppressed, "an instruct model may end its turn"
     assert pad not in suppressed and mask in suppressed
@@ -149,7 +159,7 @@ def test_prompt_text_that_spells_a_token_costs_its_characters(published, name):
     """FIM prefix and suffix, and every part of an edit prompt: text that spells a special token
     costs what a near-identical plain string costs (within one token), and the frame's control
     tokens are the same."""
-    engine = Engine.load(d := published[name])
+    engine = _engine(d := published[name])
     tok = engine.tok
     control = set(_reference(d).added_tokens_decoder)
     for s in ("<|endoftext|>", "<|mask|>", "<|mdm_mask|>", "<|im_end|>", "<|eot_id|>", "<|fim_middle|>"):
@@ -174,7 +184,7 @@ def test_prompt_text_that_spells_a_token_costs_its_characters(published, name):
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_answers_fim_and_edit(published, name):
-    engine = Engine.load(published[name])
+    engine = _engine(published[name])
     fim = engine.complete(FimRequest("def add(a, b):\n    return ", "\n", max_tokens=8))
     assert fim.finish_reason in ("stop", "length") and fim.steps >= 1
     p = EditPrompt("m.py", "x = 1\n", "y = x\n", 0, "", [], "")
@@ -188,7 +198,7 @@ def test_infill_layout_and_window_per_family(published, name):
     """BOS before the prefix (Dream, LLaDA), EOS after the suffix (the Dream family, as DreamOn's
     infilling code), nothing for Open-dCoder; the window is the publisher's evaluated length and an
     explicit max_context raises it."""
-    engine = Engine.load(published[name])
+    engine = _engine(published[name])
     tok = engine.tok
     pre, suf = "def f(x):\n    return ", "\n\nprint(f(1))\n"
     ctx, tail, dropped = engine.fim_layout(FimRequest(pre, suf), 8)
