@@ -160,3 +160,17 @@ def test_published_directory_serves_fim_and_edit(name, tmp_path):
         }
         r = httpx.post(f"{url}/v1/edit/completions", json=body, timeout=120)
         assert r.status_code == 200 and r.json()["object"] == "edit.completion", r.text
+
+
+def test_chat_template_flag_is_checked_before_loading(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "editserver.cli.main",
+        "serve",
+        "--chat-template",
+        str(tmp_path / "nope.jinja"),
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=quiet_env())
+    assert r.returncode == 2 and "--chat-template must be auto, none or a file" in r.stderr
+    assert "Traceback" not in r.stderr

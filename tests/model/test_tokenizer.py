@@ -49,9 +49,14 @@ def test_special_tokens_are_single_ids_only_where_the_layout_puts_them(tok: Toke
     assert tok.decode(ids) == build_prompt(p)
 
 
-def test_a_prompt_without_tag_text_keeps_the_ids_inline_tags_gave(tok: Tokenizer) -> None:
+@pytest.mark.parametrize("shipped", [False, True])
+def test_a_prompt_without_tag_text_keeps_the_ids_inline_tags_gave(tok: Tokenizer, shipped: bool) -> None:
     """Before text was text, the prompt was encoded with its tags inline; a prompt whose text spells
     no tag gets exactly those ids, so the shipped model's inputs do not move."""
+    if shipped:
+        if not (DEFAULT_CHECKPOINT / "tokenizer.json").exists():
+            pytest.skip("no shipped checkpoint")
+        tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
     p = EditPrompt(
         "m.py", "def f(x):\n", "    return x\n", 4, "\nf(1)\n", [Snippet("o.py", "z = 2\n")], "--- a\n"
     )
