@@ -79,7 +79,7 @@ from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
 from editserver.model.infer.draft import draft_region, step_drafts
 from editserver.model.infer.ensemble import done_hook
 from editserver.model.infer.layout import InPlaceLayout, layout_for
-from editserver.model.infer.plan import DecodePlan, plan_for, resolve_effort
+from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
 from editserver.model.infer.sampler import Hooks, SampleResult, Tokens, denoise
 from editserver.model.infer.scoring import aggregate, layout_only
 from editserver.model.infer.transformer import ContextTooLongError
@@ -99,6 +99,7 @@ class SamplingOptions:
     line_steps: int | None = None  # overrides the effort's single-line step budget (0: no budget)
     sequential: bool = False  # one token per step (the quality baseline): the most confident
     left_to_right: bool = False  # with ``sequential``: the leftmost still-masked position each step
+    published: bool = False  # the family's published loop on the exact cache (plan.py published_plan)
     seed: int = 0
     on_step: Callable[[str], None] | None = None  # called with the whole current draft each step
     cancel: threading.Event | None = None  # set it to stop decoding
@@ -257,6 +258,8 @@ class Engine:
 
     def plan(self, req: FimRequest | EditRequest) -> DecodePlan:
         """Everything the request's decode needs (model/infer/plan.py); ValueError on bad options."""
+        if req.options.published:
+            return published_plan(self.family, req.options, self.kind_of(req), self.layout.exact_cache)
         return plan_for(self.inference, req.options, self.kind_of(req), self.cache)
 
     def resolve_effort(self, effort: str | None, edit: bool = False) -> str:
@@ -349,7 +352,7 @@ class Engine:
         contexts, suffixes, canvas_lens, parsed, dropped = self._layout(reqs)
         canvas_len = max(canvas_lens)
         first = None
-        if plan.kind != "edit":  # the canvas grows from the checkpoint's first canvas (module docstring)
+        if plan.kind != "edit" and not plan.fixed_canvas:  # the canvas grows (module docstring)
             start = self.inference.line_max_tokens if plan.kind == "line" else self.inference.fim_max_tokens
             first = max(min(n, start) for n in canvas_lens)
         for ctx, suf in zip(contexts, suffixes):
