@@ -185,3 +185,220 @@ def full_attention_logits(model, ids: torch.Tensor, lens: torch.Tensor) -> torch
     mask.masked_fill_(~keep[:, None, None, :], float("-inf"))
     with torch.no_grad():
         return model(ids, attention_mask=mask).logits
+
+
+# ---- directories laid out file for file as their publishers ship them (docs/open-weights.md) ------
+# Added tokens of Qwen2.5's tokenizer, in id order after its vocabulary: (content, special).
+QWEN25_ADDED = [
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    *[(f"<|{n}|>", True) for n in ("object_ref_start", "object_ref_end", "box_start", "box_end")],
+    *[(f"<|{n}|>", True) for n in ("quad_start", "quad_end", "vision_start", "vision_end")],
+    *[(f"<|{n}|>", True) for n in ("vision_pad", "image_pad", "video_pad")],
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    *[(f"<|{n}|>", False) for n in ("fim_prefix", "fim_middle", "fim_suffix", "fim_pad", "repo_name")],
+    ("<|file_sep|>", False),
+]
+DREAM_ADDED = [*QWEN25_ADDED, ("<|beginoftext|>", True), ("<|mask|>", True)]
+DIFFUCODER_ADDED = [*DREAM_ADDED, ("<|dlm_pad|>", True)]
+OPEN_DCODER_ADDED = [*QWEN25_ADDED, ("<|mask|>", True)]
+LLADA_ADDED = [
+    ("<|startoftext|>", True),
+    ("<|endoftext|>", True),
+    ("<|mdm_mask|>", True),
+    ("<|start_header_id|>", True),
+    ("<|end_header_id|>", True),
+    ("<|eot_id|>", True),
+]
+# Chat templates written for these fixtures in the publishers' shapes: a default system turn and
+# ``continue`` (loopcontrols) for the Qwen form, ``raise_exception`` and ``| trim`` for LLaDA's.
+QWEN_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}\n"
+    "{%- for message in messages %}{%- if message.role == 'system' and loop.first %}{% continue %}"
+    "{%- endif %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}\n{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
+)
+LLADA_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{ raise_exception('roles are system, user and assistant') }}{% endif %}"
+    "<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>"
+    "{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+NEVER_RUN = 'raise RuntimeError("code from a model directory must never run")\n'
+DREAM_CODE = ("configuration_dream.py", "modeling_dream.py", "generation_utils.py", "tokenization_dream.py")
+LLADA_CODE = ("configuration_llada.py", "modeling_llada.py")
+
+# name -> how the publisher ships it (sources per row: docs/open-weights.md)
+PUBLISHED = {
+    "Dream-v0-Instruct-7B": dict(kind="dream", added=DREAM_ADDED, pad="<|endoftext|>", template="config"),
+    "Dream-Coder-v0-Instruct-7B": dict(
+        kind="dream", added=DREAM_ADDED, pad="<|endoftext|>", template="config"
+    ),
+    "DiffuCoder-7B-Base": dict(kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="config"),
+    "DiffuCoder-7B-Instruct": dict(kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="jinja"),
+    "Open-dCoder-0.5B": dict(
+        kind="open-dcoder", added=OPEN_DCODER_ADDED, pad="<|endoftext|>", template="config"
+    ),
+    "LLaDA-8B-Instruct": dict(kind="llada", added=LLADA_ADDED, pad="<|endoftext|>", template="config"),
+    "LLaDA-1.5": dict(kind="llada", added=LLADA_ADDED, pad="<|endoftext|>", template="config"),
+}
+
+
+def _qwen2_pretokenizer():
+    from tokenizers import Regex, normalizers
+
+    from editserver.model.infer.hf.tokenizer import QWEN2_SPLIT
+
+    split = pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False)
+    return normalizers.NFC(), pre_tokenizers.Sequence(
+        [split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+
+
+def _published_tokenizer(d: Path, added: list[tuple[str, bool]], slow: bool, fast: bool) -> dict[str, int]:
+    """A BPE trained here, saved as vocab.json + merges.txt (``slow``) and/or tokenizer.json (``fast``);
+    the added tokens sit right after the vocabulary, in order. Returns their ids."""
+    from tokenizers import AddedToken
+
+    norm, pre = _qwen2_pretokenizer()
+    tok = Tokenizer(models.BPE())
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = norm, pre, decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tok.train_from_iterator(CORPUS, trainer=trainer)
+    n = tok.get_vocab_size()
+    ids = {c: n + k for k, (c, _) in enumerate(added)}
+    if slow:
+        tok.model.save(str(d))  # vocab.json, merges.txt
+    for c, special in added:
+        tok.add_tokens([AddedToken(c, special=special, normalized=False)])
+    if fast:
+        tok.save(str(d / "tokenizer.json"))
+    return ids
+
+
+def _added_decoder(added: list[tuple[str, bool]], ids: dict[str, int]) -> dict:
+    return {
+        str(ids[c]): dict(
+            content=c, lstrip=False, normalized=False, rstrip=False, single_word=False, special=s
+        )
+        for c, s in added
+    }
+
+
+def make_published(root: Path, name: str, *, dim: int = 64, layers: int = 2, ffn: int = 96):
+    """A tiny random copy of a published directory: its file set, config.json and tokenizer_config.json
+    keys, special tokens and template location; only the sizes shrink. Returns (dir, reference model)."""
+    spec = PUBLISHED[name]
+    d = root / name
+    d.mkdir(parents=True)
+    kind, added = spec["kind"], spec["added"]
+    ids = _published_tokenizer(d, added, slow=kind != "llada", fast=kind != "dream")
+    vocab = max(ids.values()) + 1 + 16  # the embedding is padded past the tokenizer, as published
+    torch.manual_seed(0)
+    if kind == "llada":
+        ref = _llada_weights(d, dim, layers, ffn, vocab)
+        raw = {
+            "architectures": ["LLaDAModelLM"],
+            "auto_map": {
+                "AutoConfig": "configuration_llada.LLaDAConfig",
+                "AutoModel": "modeling_llada.LLaDAModelLM",
+            },
+            "model_type": "llada",
+            "activation_type": "silu",
+            "block_type": "llama",
+            "d_model": dim,
+            "n_layers": layers,
+            "n_heads": 4,
+            "n_kv_heads": 2,
+            "mlp_hidden_size": ffn,
+            "max_sequence_length": 4096,
+            "rope_theta": 500000.0,
+            "rms_norm_eps": 1e-5,
+            "layer_norm_type": "rms",
+            "include_bias": False,
+            "weight_tying": False,
+            "vocab_size": vocab,
+            "embedding_size": vocab,
+            "mask_token_id": ids["<|mdm_mask|>"],
+            "eos_token_id": ids["<|endoftext|>"],
+            "pad_token_id": ids["<|endoftext|>"],
+            "torch_dtype": "bfloat16",
+        }
+        code = LLADA_CODE
+        tcfg = {"bos_token": "<|startoftext|>", "eos_token": "<|eot_id|>", "pad_token": "<|endoftext|>"}
+        tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+        template = LLADA_TEMPLATE
+    else:
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        cfg = Qwen2Config(
+            **_shape(dim, layers, ffn, vocab), rope_theta=1000000.0, tie_word_embeddings=kind != "dream"
+        )
+        ref = Qwen2ForCausalLM(cfg).eval()
+        with torch.no_grad():
+            for layer in ref.model.layers:
+                for p in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    p.bias.normal_(0, 0.1)
+        ref.save_pretrained(d, **({"max_shard_size": "100KB"} if kind == "dream" else {}))
+        raw = json.loads((d / "config.json").read_text())
+        raw.pop("rope_parameters", None)
+        raw.update(rope_theta=1000000.0, max_position_embeddings=32768 if kind != "dream" else 131072)
+        eot = ids["<|endoftext|>"]
+        raw.update(eos_token_id=eot, pad_token_id=eot, bos_token_id=eot)
+        if kind == "dream":
+            raw.update(model_type="Dream", architectures=["DreamModel"], mask_token_id=ids["<|mask|>"])
+            raw["auto_map"] = {
+                "AutoConfig": "configuration_dream.DreamConfig",
+                "AutoModel": "modeling_dream.DreamModel",
+            }
+            code = DREAM_CODE
+            tcfg = {"bos_token": "<|beginoftext|>", "eos_token": "<|endoftext|>", "pad_token": spec["pad"]}
+            tcfg.update(mask_token="<|mask|>", tokenizer_class="DreamTokenizer")
+            tcfg["auto_map"] = {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]}
+        else:
+            code = ()
+            tcfg = {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "mask_token": "<|mask|>"}
+            tcfg["tokenizer_class"] = "Qwen2Tokenizer"
+        template = QWEN_TEMPLATE
+    _write_json(d / "config.json", raw)
+    _write_json(
+        d / "generation_config.json",
+        {"eos_token_id": raw["eos_token_id"], "pad_token_id": raw["pad_token_id"]},
+    )
+    for f in code:
+        (d / f).write_text(NEVER_RUN)
+    tcfg.update(added_tokens_decoder=_added_decoder(added, ids), model_max_length=131072, errors="replace")
+    tcfg.update(clean_up_tokenization_spaces=False, split_special_tokens=False, unk_token=None)
+    if spec["template"] == "jinja":
+        (d / "chat_template.jinja").write_text(template)
+    else:
+        tcfg["chat_template"] = template
+    _write_json(d / "tokenizer_config.json", tcfg)
+    names = {k: v for k, v in tcfg.items() if k in ("bos_token", "eos_token", "pad_token", "mask_token")}
+    _write_json(d / "special_tokens_map.json", names)
+    return d, ref
+
+
+def _llada_weights(d: Path, dim: int, layers: int, ffn: int, vocab: int):
+    """A LlamaForCausalLM saved under LLaDA's tensor names, in six shards as LLaDA-8B ships."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**_shape(dim, layers, ffn, vocab), rope_theta=500000.0, tie_word_embeddings=False)
+    ref = LlamaForCausalLM(cfg).eval()
+    state = {llada_name(k): v.contiguous() for k, v in ref.state_dict().items()}
+    names = sorted(state)
+    shards = [names[i::6] for i in range(6)]
+    weight_map = {}
+    for i, part in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-00006.safetensors"
+        save_file({k: state[k] for k in part}, str(d / fname), metadata={"format": "pt"})
+        weight_map.update({k: fname for k in part})
+    _write_json(d / "model.safetensors.index.json", {"metadata": {}, "weight_map": weight_map})
+    return ref

@@ -19,7 +19,7 @@ import sys
 
 from editserver import __version__
 
-SUBCOMMANDS = ("serve", "train", "replay", "bench", "align")
+SUBCOMMANDS = ("serve", "pull", "train", "replay", "bench", "align")
 DESCRIPTION = (
     "Local code suggestions from a diffusion language model: fill-in-the-middle and next-edit "
     "prediction over an Inception-compatible HTTP API, with a language server for editors."

@@ -66,7 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument(
-        "--model", type=Path, default=None, help="checkpoint directory (default: the shipped model)"
+        "--model",
+        type=Path,
+        default=None,
+        help="checkpoint directory, or a name pulled with `editserver pull` (default: the shipped model)",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument(
@@ -78,8 +81,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-context",
         type=int,
-        default=32768,
-        help="longest context served, in tokens (default 32768; an open model's own is capped to it)",
+        default=None,
+        help="longest context served and read, in tokens (default: 32768 served, and an open model reads "
+        "the window its publisher evaluates it at, 2048 or 4096; its own context caps it)",
+    )
+    p.add_argument(
+        "--chat-template",
+        default="auto",
+        metavar="auto|none|FILE",
+        help="chat template for an open model's edit prompts: auto (the directory's; none for a base "
+        "checkpoint), none (the raw prompt) or a Jinja file (default auto)",
     )
     p.add_argument(
         "--api-key",
@@ -173,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
             insecure_no_auth=args.insecure_no_auth,
             max_body_bytes=args.max_body_bytes,
             allow_origins=tuple(args.allow_origin),
+            chat_template=args.chat_template,
         )
     except ValueError as exc:
         print(f"editserver serve: {exc}", file=sys.stderr)
@@ -187,6 +199,13 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(settings.threads)
     if settings.device.startswith("cuda") and not torch.cuda.is_available():
         print("editserver serve: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
+    from editserver.model.infer.hub import resolve_model
+
+    try:  # a name pulled with `editserver pull`
+        settings = dataclasses.replace(settings, model=resolve_model(settings.model))
+    except FileNotFoundError as exc:
+        print(f"editserver serve: cannot load the model: {exc}", file=sys.stderr)
         return 2
     if settings.model is not None and not Path(settings.model).is_dir():  # fails before the port opens
         print(
@@ -204,7 +223,9 @@ def run(args: argparse.Namespace) -> int:
 
     def build():  # on the replica's loading thread, while /health answers 503
         t0 = time.perf_counter()
-        engine = Engine.load(settings.model, settings.device, settings.dtype, settings.max_context)
+        engine = Engine.load(
+            settings.model, settings.device, settings.dtype, settings.max_context, settings.chat_template
+        )
         print(
             f"editserver serve: {engine.family} model, {engine.num_parameters:,} parameters, {engine.dtype}, "
             f"{settings.device}, context {engine.context_length}, loaded in {time.perf_counter() - t0:.1f}s",

@@ -8,6 +8,12 @@ Design decisions:
   ``<|cursor|>`` raises ``PromptError`` naming the problem.
 - Section bodies keep their exact text; the region's text is what the model rewrites, so the newline
   conventions around tags are fixed here: each tag sits on its own line.
+- A tag is told from user text that spells it by where it stands: a section tag counts where it is
+  alone on its line, as ``build_prompt`` writes it (a client that writes tags inline still parses, by
+  first occurrence, when no line holds the tag alone); ``<|cursor|>`` counts only inside the
+  ``<|code_to_edit|>`` region. So code that mentions a tag inside a line (``s = '<|cursor|>'``,
+  ``if "<|code_to_edit|>" in text``) is text, wherever it sits. Tokenizers then insert the tags as
+  ids and encode the text as text (``prompt_parts``, ``encode_prompt``).
 """
 
 from __future__ import annotations
@@ -68,26 +74,81 @@ def _block(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def build_prompt(p: EditPrompt) -> str:
-    parts = [RV_OPEN + "\n"]
+def prompt_parts(p: EditPrompt) -> list[tuple[str, bool]]:
+    """The built prompt as ``(text, is_tag)`` pieces in order: the layout's own tags apart from the
+    user's text (file content, snippets, paths, diffs), so a tokenizer can insert the tags as ids and
+    encode the text as text (``encode_prompt``)."""
+    out: list[tuple[str, bool]] = [(RV_OPEN, True), ("\n", False)]
     for s in p.snippets:
-        parts.append(f"{SNIP_OPEN}\n{SNIPPET_PATH}{s.path}\n{_block(s.code)}{SNIP_CLOSE}\n")
-    parts.append(RV_CLOSE + "\n\n")
-    parts.append(f"{CUR_OPEN}\n{CURRENT_PATH}{p.file_path}\n{_block(p.above)}")
-    parts.append(f"{EDIT_OPEN}\n{_block(p.region_with_cursor)}{EDIT_CLOSE}\n{_block(p.below)}{CUR_CLOSE}\n\n")
-    parts.append(f"{HIST_OPEN}\n{_block(p.history)}{HIST_CLOSE}")
-    return "".join(parts)
+        out += [(SNIP_OPEN, True), (f"\n{SNIPPET_PATH}{s.path}\n{_block(s.code)}", False), (SNIP_CLOSE, True)]
+        out.append(("\n", False))
+    out += [(RV_CLOSE, True), ("\n\n", False), (CUR_OPEN, True)]
+    out += [(f"\n{CURRENT_PATH}{p.file_path}\n{_block(p.above)}", False), (EDIT_OPEN, True), ("\n", False)]
+    region = _block(p.region_with_cursor)
+    cut = p.cursor  # the cursor tag sits at ``cursor``, whatever the region's text spells
+    before, after = region[:cut], region[cut + len(CURSOR) :]
+    out += [(before, False), (CURSOR, True), (after, False), (EDIT_CLOSE, True)]
+    out += [(f"\n{_block(p.below)}", False), (CUR_CLOSE, True), ("\n\n", False), (HIST_OPEN, True)]
+    out += [(f"\n{_block(p.history)}", False), (HIST_CLOSE, True)]
+    return out
+
+
+def build_prompt(p: EditPrompt) -> str:
+    return "".join(text for text, _ in prompt_parts(p))
+
+
+def encode_prompt(
+    p: EditPrompt, encode_text: Callable[[str], list[int]], tag_id: Callable[[str], int]
+) -> list[int]:
+    """The built prompt's ids: each tag as its id (``tag_id``), each run of text between tags through
+    ``encode_text``, which reads a string that spells a tag as text."""
+    ids: list[int] = []
+    run = ""  # text between two tags, encoded as one string
+    for text, is_tag in prompt_parts(p):
+        if not is_tag:
+            run += text
+            continue
+        if run:
+            ids += encode_text(run)
+        ids.append(tag_id(text))
+        run = ""
+    return ids + (encode_text(run) if run else [])
+
+
+def _alone(text: str, i: int, tag: str) -> bool:
+    end = i + len(tag)
+    return (i == 0 or text[i - 1] == "\n") and (end == len(text) or text[end] == "\n")
+
+
+def _tag_at(text: str, tag: str, start: int = 0) -> int:
+    """The first ``tag`` at or after ``start`` alone on its line, else the first anywhere; -1: none."""
+    first = i = text.find(tag, start)
+    while i >= 0:
+        if _alone(text, i, tag):
+            return i
+        i = text.find(tag, i + 1)
+    return first
+
+
+def _tag_count(text: str, tag: str) -> int:
+    """How many ``tag`` the text holds as tags: those alone on their lines, else every occurrence."""
+    at, i = [], text.find(tag)
+    while i >= 0:
+        at.append(i)
+        i = text.find(tag, i + 1)
+    alone = [i for i in at if _alone(text, i, tag)]
+    return len(alone) if alone else len(at)
 
 
 def _between(text: str, open_tag: str, close_tag: str, *, required: bool) -> str | None:
-    start = text.find(open_tag)
+    start = _tag_at(text, open_tag)
     if start < 0:
         if required:
             raise PromptError(f"prompt is missing the {open_tag} section")
         return None
-    if text.find(open_tag, start + 1) >= 0:
+    if _tag_count(text, open_tag) > 1:
         raise PromptError(f"prompt has more than one {open_tag} tag")
-    end = text.find(close_tag, start)
+    end = _tag_at(text, close_tag, start)
     if end < 0:
         raise PromptError(f"prompt has {open_tag} without its closing {close_tag}")
     return text[start + len(open_tag) : end]
@@ -105,9 +166,6 @@ def parse_prompt(text: str) -> EditPrompt:
     body = current if current is not None else text
     if EDIT_OPEN not in body:
         raise PromptError(f"prompt is missing the {EDIT_OPEN} region")
-    n_cursors = body.count(CURSOR)
-    if n_cursors > 1:
-        raise PromptError(f"prompt has {n_cursors} {CURSOR} tags; exactly one is allowed")
     body = strip_one_newline(body)
     file_path = ""
     if body.startswith(CURRENT_PATH):
@@ -117,9 +175,13 @@ def parse_prompt(text: str) -> EditPrompt:
         body = body[line_end + 1 :]
     region_raw = _between(body, EDIT_OPEN, EDIT_CLOSE, required=True)
     assert region_raw is not None
-    above = body[: body.find(EDIT_OPEN)]
-    below = strip_one_newline(body[body.find(EDIT_CLOSE) + len(EDIT_CLOSE) :])
+    open_at = _tag_at(body, EDIT_OPEN)
+    above = body[:open_at]
+    below = strip_one_newline(body[_tag_at(body, EDIT_CLOSE, open_at) + len(EDIT_CLOSE) :])
     region_raw = strip_one_newline(region_raw)
+    n_cursors = region_raw.count(CURSOR) or (above + below).count(CURSOR)
+    if n_cursors > 1:
+        raise PromptError(f"prompt has {n_cursors} {CURSOR} tags; exactly one is allowed")
     if CURSOR in region_raw:
         cursor = region_raw.find(CURSOR)
         region = region_raw.replace(CURSOR, "", 1)
@@ -129,11 +191,13 @@ def parse_prompt(text: str) -> EditPrompt:
         cursor, region = 0, region_raw
     snippets = []
     rv = _between(text, RV_OPEN, RV_CLOSE, required=False) or ""
-    for chunk in rv.split(SNIP_OPEN)[1:]:
-        end = chunk.find(SNIP_CLOSE)
+    at = _tag_at(rv, SNIP_OPEN)
+    while at >= 0:
+        end = _tag_at(rv, SNIP_CLOSE, at)
         if end < 0:
             raise PromptError(f"{SNIP_OPEN} without its closing {SNIP_CLOSE}")
-        chunk = strip_one_newline(chunk[:end])
+        chunk = strip_one_newline(rv[at + len(SNIP_OPEN) : end])
+        at = _tag_at(rv, SNIP_OPEN, end)
         path = ""
         if chunk.startswith(SNIPPET_PATH):
             nl = chunk.find("\n")
@@ -210,28 +274,28 @@ def _cuts(p: EditPrompt) -> Iterator[EditPrompt]:
 
 def fit_prompt(
     p: EditPrompt,
-    encode: Callable[[str], list[int]],
+    encode: Callable[[EditPrompt], list[int]],
     budget: int,
     min_tokens: Callable[[str], int] | None = None,
 ) -> tuple[EditPrompt, list[int]] | None:
-    """``p`` cut until its built prompt is at most ``budget`` tokens, with that prompt's tokens (so
-    callers never encode it twice), or None when even the region with the newest diff is too long.
-    Cuts, in order: the recently viewed snippets; the file context to 40, 16, 6 and 0 lines on each
-    side; the history to its 3 newest diffs, then the newest. Training rows (model/train/data.py) and
-    inference (model/infer/engine.py) both cut with this, so they agree.
+    """``p`` cut until its prompt is at most ``budget`` tokens, with that prompt's tokens
+    (``encode(cut)``, so callers never encode it twice), or None when even the region with the newest
+    diff is too long. Cuts, in order: the recently viewed snippets; the file context to 40, 16, 6 and 0
+    lines on each side; the history to its 3 newest diffs, then the newest. Training rows
+    (model/train/data.py) and inference (model/infer/engine.py) both cut with this, so they agree.
 
-    ``min_tokens(text)``, a cheap lower bound on ``len(encode(text))`` (``Tokenizer.min_tokens``),
-    skips encoding a cut that cannot fit: most training rows' first cuts are far over a 256-token
-    budget, and encoding them was half of building a next-edit row. The result is unchanged."""
+    ``min_tokens(text)``, a cheap lower bound on the built prompt's token count
+    (``Tokenizer.min_tokens``), skips encoding a cut that cannot fit: most training rows' first cuts
+    are far over a 256-token budget, and encoding them was half of building a next-edit row. The
+    result is unchanged."""
     tried = None
     for q in _cuts(p):
         if q == tried:  # this cut changes nothing: encoding it again would only cost time
             continue
         tried = q
-        text = build_prompt(q)
-        if min_tokens is not None and min_tokens(text) > budget:
+        if min_tokens is not None and min_tokens(build_prompt(q)) > budget:
             continue  # cannot fit: skip the encode
-        ids = encode(text)
+        ids = encode(q)
         if len(ids) <= budget:
             return q, ids
     return None

@@ -57,7 +57,10 @@ class Settings:
     edit_threshold: float | None = None  # None: the checkpoint's inference.selectivity_threshold
     log_level: str = "info"
     dtype: str = "auto"  # serving dtype: auto (bf16 where native, else fp32), fp32, bf16, fp16
-    max_context: int = 32768  # the longest context served (an open model's own is capped to it)
+    # the longest context served (an open model's own is capped to it); None: 32K, and an open model
+    # reads the window its publisher evaluates it at (model/infer/hf/__init__.py)
+    max_context: int | None = None
+    chat_template: str = "auto"  # open models' edit prompts: auto (none for base checkpoints), none, FILE
     extra: dict = field(default_factory=dict)  # free-form provenance shown by /health
     insecure_no_auth: bool = False  # allow a non-loopback host without api_key (module docstring)
     max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies get 413
@@ -77,7 +80,7 @@ class Settings:
                 raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
         if self.dtype not in ("auto", "fp32", "bf16", "fp16"):
             raise ValueError(f"dtype must be auto, fp32, bf16 or fp16, got {self.dtype!r}")
-        if self.max_context < 1:
+        if self.max_context is not None and self.max_context < 1:
             raise ValueError(f"max_context must be at least 1, got {self.max_context}")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
@@ -87,5 +90,7 @@ class Settings:
                 "use the model and read its answers (set --api-key or $EDITSERVER_API_KEY, or pass "
                 "--insecure-no-auth)"
             )
+        if self.chat_template not in ("auto", "none") and not Path(self.chat_template).expanduser().is_file():
+            raise ValueError(f"--chat-template must be auto, none or a file, got {self.chat_template!r}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.editserver.test_server import ZED_PROMPT
-from tests.hf_models import make_dream, make_llada
+from tests.hf_models import PUBLISHED, make_dream, make_llada, make_published
 from tests.lsp.conftest import REPO, lsp_session, quiet_env, serving
 
 FAMILIES = {"dream": make_dream, "llada": make_llada}
@@ -132,4 +132,45 @@ def test_train_refuses_an_open_weight_directory(tmp_path) -> None:
     cmd = [sys.executable, "-m", "editserver.cli", "train", "--init", str(d), "--run", str(tmp_path / "r")]
     r = subprocess.run(cmd + ["--steps", "1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "open-weight model directory" in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# two in the default tier (a slow-tokenizer directory with its template in chat_template.jinja and
+# its own pad, and LLaDA); every one with -m slow: a real server start costs 15-30 s on 2 cores
+FAST = ("DiffuCoder-7B-Instruct", "LLaDA-8B-Instruct")
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in sorted(PUBLISHED)]
+)
+def test_published_directory_serves_fim_and_edit(name, tmp_path):
+    """Each directory laid out as its publisher ships it (tests/hf_models.py ``PUBLISHED``) starts the
+    server and answers FIM and next edit; text that spells a special token is text."""
+    d, _ = make_published(tmp_path, name)
+    with serving(d, tmp_path / "serve.log", "--dtype", "fp32") as url:
+        card = httpx.get(f"{url}/v1/models").json()["data"][0]
+        assert card["window"] == (4096 if "LLaDA" in name else 2048)
+        body = {"model": "editserver", "prompt": "s = '<|mask|>'\nt = ", "suffix": "\n", "max_tokens": 8}
+        r = httpx.post(f"{url}/v1/fim/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        body = {
+            "model": "mercury-edit",
+            "messages": [{"role": "user", "content": ZED_PROMPT}],
+            "max_tokens": 16,
+        }
+        r = httpx.post(f"{url}/v1/edit/completions", json=body, timeout=120)
+        assert r.status_code == 200 and r.json()["object"] == "edit.completion", r.text
+
+
+def test_chat_template_flag_is_checked_before_loading(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "editserver.cli.main",
+        "serve",
+        "--chat-template",
+        str(tmp_path / "nope.jinja"),
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=quiet_env())
+    assert r.returncode == 2 and "--chat-template must be auto, none or a file" in r.stderr
     assert "Traceback" not in r.stderr

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from editserver.model.infer.draft import align_draft, apply_renames, draft_region, history_renames
-from editserver.protocol.prompt import EditPrompt, build_prompt, unified_diff
+from editserver.protocol.prompt import EditPrompt, unified_diff
 
 EOT = 0
 
@@ -43,11 +43,11 @@ def test_draft_region_reads_region_and_history_back_from_the_context(tiny_checkp
     tok = load_checkpoint(tiny_checkpoint).tokenizer
     hist = unified_diff("m.py", "def area(width, h):\n", "def area(size, h):\n")
     p = EditPrompt("m.py", "def area(size, h):\n", "    return width * h\n", 11, "", [], hist)
-    ctx = [*tok.encode(build_prompt(p)), tok.rewrite_id]
+    ctx = [*tok.encode_prompt(p), tok.rewrite_id]
     # the cursor tag splits a token in the prompt; the draft is tokenized as the answer would be
     assert draft_region(ctx, tok) == tok.encode("    return size * h\n")
     plain = EditPrompt("m.py", "", "    return width * h\n", 0, "", [], "")
-    assert draft_region([*tok.encode(build_prompt(plain)), tok.rewrite_id], tok) == tok.encode(plain.region)
+    assert draft_region([*tok.encode_prompt(plain), tok.rewrite_id], tok) == tok.encode(plain.region)
     fim = [tok.fim_prefix_id, *tok.encode("x = "), tok.fim_suffix_id, tok.fim_middle_id]
     assert draft_region(fim, tok) is None
     assert draft_region(ctx[:-1], tok) is None, "a row without <|rewrite|> is not a next-edit canvas"

@@ -96,7 +96,10 @@ def test_fit_prompt_cuts_outer_context_first_and_keeps_the_region() -> None:
     diffs = [unified_diff("m.py", f"x = {i}\n", f"x = {i + 1}\n") for i in range(5)]
     p = EditPrompt("m.py", above, "y = 1\n", 0, below, [Snippet("o.py", "z = 2\n" * 50)], "".join(diffs))
     assert split_history(p.history) == diffs
-    enc = list  # characters stand in for tokens
+
+    def enc(q):  # characters stand in for tokens
+        return list(build_prompt(q))
+
     kept = fit_prompt(p, enc, 10**6)
     assert kept is not None and kept[0] is p, "a prompt that fits is untouched"
     assert kept[1] == list(build_prompt(p)), "with the tokens of the prompt it kept"
@@ -134,14 +137,37 @@ def test_fit_prompt_with_a_token_bound_keeps_the_same_cut() -> None:
     p = EditPrompt("m.py", above, "y = 1\n", 0, below, [], diffs)
     calls: list[int] = []
 
-    def enc(text: str) -> list[int]:
+    def enc(q: EditPrompt) -> list[int]:
         calls.append(1)
-        return tok.encode(text)
+        return tok.encode_prompt(q)
 
     for budget in (20, 60, 150, 400, 1200, 10**6):
-        plain = fit_prompt(p, tok.encode, budget)
+        plain = fit_prompt(p, tok.encode_prompt, budget)
         calls.clear()
         bounded = fit_prompt(p, enc, budget, Tokenizer.min_tokens)
         assert bounded == plain, budget
         if budget == 60:
             assert len(calls) <= 1, "cuts that cannot fit are not encoded"
+
+
+def test_code_that_spells_the_tags_parses_back_as_text() -> None:
+    """A tag counts where it stands alone on its line (or, for the cursor, inside the region); code that
+    mentions a tag inside a line is text, in every part of the prompt."""
+    from editserver.model.infer.tokenizer import EDIT_TAGS
+    from editserver.protocol.prompt import EditPrompt, PromptError, Snippet, build_prompt, parse_prompt
+
+    spelled = "".join(f"s{i} = '{t}'\n" for i, t in enumerate(EDIT_TAGS))
+    p = EditPrompt(
+        "m.py",
+        "x = 1\n" + spelled,
+        "y = '<|code_to_edit|>'\nz = 2\n",
+        len("y = '<|code_to_edit|>'\n"),
+        spelled + "w = 3\n",
+        [Snippet("o.py", spelled), Snippet("q.py", "if '<|/recently_viewed_code_snippet|>' in t: pass\n")],
+        "--- m.py\n+++ m.py\n@@ -1 +1 @@\n-a = '<|/edit_diff_history|>'\n+b = '<|edit_diff_history|>'\n",
+    )
+    assert parse_prompt(build_prompt(p)) == p
+    # the one place a string format cannot tell: the region itself spelling the cursor
+    twice = build_prompt(p).replace("z = 2", "z = '<|cursor|>'")
+    with pytest.raises(PromptError, match="exactly one"):
+        parse_prompt(twice)

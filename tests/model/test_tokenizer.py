@@ -1,4 +1,4 @@
-"""Tokenizer: exact round trip of any UTF-8 text, special tokens matched whole."""
+"""Tokenizer: exact round trip of any UTF-8 text; text is text, the layout's tags are ids."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from editserver.model.infer.checkpoint import DEFAULT_CHECKPOINT
 from editserver.model.infer.tokenizer import EDIT_TAGS, SPECIAL_TOKENS, Tokenizer, train_tokenizer
+from editserver.protocol.prompt import EditPrompt, Snippet, build_prompt
 from tests.conftest import CORPUS
 
 
@@ -35,14 +36,62 @@ def test_round_trip_indentation_tabs_crlf(tok: Tokenizer) -> None:
     assert tok.decode(tok.encode(text)) == text
 
 
-def test_special_tokens_are_single_ids(tok: Tokenizer) -> None:
-    for s in SPECIAL_TOKENS:
-        assert tok.encode(s) == [tok.special_ids[s]]
+def test_special_tokens_are_single_ids_only_where_the_layout_puts_them(tok: Tokenizer) -> None:
     assert len(set(tok.special_ids.values())) == len(SPECIAL_TOKENS)
-    text = "x<|code_to_edit|>\ny = 1<|cursor|>\n<|/code_to_edit|>"
-    ids = tok.encode(text)
-    assert tok.special_ids["<|cursor|>"] in ids and tok.decode(ids) == text
     assert set(EDIT_TAGS) <= set(tok.special_ids)
+    for s in SPECIAL_TOKENS:  # text is text: the string never becomes the control token
+        ids = tok.encode(s)
+        assert tok.special_ids[s] not in ids and len(ids) > 1 and tok.decode(ids) == s
+    p = EditPrompt("m.py", "x = 1\n", "y = 1\n", 5, "", [], "")
+    ids = tok.encode_prompt(p)
+    for tag in ("<|code_to_edit|>", "<|/code_to_edit|>", "<|cursor|>", "<|current_file_content|>"):
+        assert ids.count(tok.special_ids[tag]) == 1, tag
+    assert tok.decode(ids) == build_prompt(p)
+
+
+@pytest.mark.parametrize("shipped", [False, True])
+def test_a_prompt_without_tag_text_keeps_the_ids_inline_tags_gave(tok: Tokenizer, shipped: bool) -> None:
+    """Before text was text, the prompt was encoded with its tags inline; a prompt whose text spells
+    no tag gets exactly those ids, so the shipped model's inputs do not move."""
+    if shipped:
+        if not (DEFAULT_CHECKPOINT / "tokenizer.json").exists():
+            pytest.skip("no shipped checkpoint")
+        tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
+    p = EditPrompt(
+        "m.py", "def f(x):\n", "    return x\n", 4, "\nf(1)\n", [Snippet("o.py", "z = 2\n")], "--- a\n"
+    )
+    assert tok.encode_prompt(p) == tok.hf.encode(build_prompt(p), add_special_tokens=False).ids
+
+
+def _near(tok, make) -> None:
+    """``make(s)`` with ``s`` a special token's spelling costs what a near-identical plain string costs
+    (one character more: ``<|maskq|>``), within one token."""
+    for s in SPECIAL_TOKENS:
+        plain = s[:-2] + "q|>"
+        a, b = len(make(s)), len(make(plain))
+        assert abs(a - b) <= 1, (s, a, b)
+
+
+@pytest.mark.parametrize("shipped", [False, True])
+def test_text_that_spells_a_special_token_costs_its_characters(tok: Tokenizer, shipped: bool) -> None:
+    if shipped:
+        if not (DEFAULT_CHECKPOINT / "tokenizer.json").exists():
+            pytest.skip("no shipped checkpoint")
+        tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
+    _near(tok, lambda s: tok.encode(f"s = '{s}'\n"))
+    for part in ("above", "region", "below", "history", "file_path"):
+
+        def prompt(s: str, part: str = part) -> list[int]:
+            kw = {"file_path": "m.py", "above": "a = 1\n", "region": "b = 2\n", "cursor": 0, "below": ""}
+            kw["history"] = ""
+            kw[part] = f"x = '{s}'\n"
+            return tok.encode_prompt(EditPrompt(**kw, snippets=[Snippet("o.py", "c = 3\n")]))
+
+        _near(tok, prompt)
+        base = prompt("<|maskq|>")
+        tags = [i for i in prompt("<|code_to_edit|>") if i in tok.special_ids.values()]
+        assert tags == [i for i in base if i in tok.special_ids.values()], "the layout stays the same"
+    _near(tok, lambda s: tok.encode_prompt(EditPrompt("m.py", "", "r\n", 0, "", [Snippet("o.py", s)], "")))
 
 
 def test_save_load(tok: Tokenizer, tmp_path) -> None:

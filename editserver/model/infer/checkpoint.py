@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig, ModelConfig
+from editserver.model.infer.config import InferenceConfig, ModelConfig
 from editserver.model.infer.tokenizer import Tokenizer
 from editserver.model.infer.transformer import Transformer
 
@@ -161,12 +161,17 @@ def load_checkpoint(
     directory: str | Path | None = None,
     device: str = "cpu",
     dtype: torch.dtype | str = torch.float32,
-    max_context: int = CONTEXT_LENGTH,
+    max_context: int | None = None,
+    chat_template: str = "auto",
 ) -> Checkpoint:
     """Our checkpoint, or an open-weight model directory (model/infer/hf/) served at most
     ``max_context`` tokens of context. ``dtype`` may name one (``serving_dtype``): ``"auto"`` keeps
     our own checkpoints in fp32 (their thresholds were tuned so) and picks bf16 for open models where
-    it is native."""
+    it is native. ``max_context`` None: 32K, and each open family's evaluated window
+    (model/infer/hf/__init__.py). ``chat_template`` (``auto``, ``none`` or a file) applies to open models only."""
+    from editserver.model.infer.hub import resolve_model
+
+    directory = resolve_model(directory)  # a name pulled with `editserver pull`
     d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
     if not d.is_dir():
         raise FileNotFoundError(f"{d} is not a checkpoint directory (no such directory)")
@@ -175,7 +180,7 @@ def load_checkpoint(
 
     if is_open_dir(d):
         dtype = serving_dtype(dtype, device) if isinstance(dtype, str) else dtype
-        return load_open_checkpoint(d, device, dtype, max_context)
+        return load_open_checkpoint(d, device, dtype, max_context, chat_template)
     if isinstance(dtype, str):
         dtype = torch.float32 if dtype == "auto" else serving_dtype(dtype, device)
     check_checkpoint_dir(d)

@@ -79,7 +79,7 @@ from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
 from editserver.model.infer.draft import draft_region, step_drafts
 from editserver.model.infer.ensemble import done_hook
 from editserver.model.infer.layout import InPlaceLayout, layout_for
-from editserver.model.infer.plan import DecodePlan, plan_for, resolve_effort
+from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
 from editserver.model.infer.sampler import Hooks, SampleResult, Tokens, denoise
 from editserver.model.infer.scoring import aggregate, layout_only
 from editserver.model.infer.transformer import ContextTooLongError
@@ -99,6 +99,7 @@ class SamplingOptions:
     line_steps: int | None = None  # overrides the effort's single-line step budget (0: no budget)
     sequential: bool = False  # one token per step (the quality baseline): the most confident
     left_to_right: bool = False  # with ``sequential``: the leftmost still-masked position each step
+    published: bool = False  # the family's published loop on the exact cache (plan.py published_plan)
     seed: int = 0
     on_step: Callable[[str], None] | None = None  # called with the whole current draft each step
     cancel: threading.Event | None = None  # set it to stop decoding
@@ -176,9 +177,11 @@ class Engine:
         device: str = "cpu",
         dtype: torch.dtype | str = torch.float32,
         max_context: int | None = None,
+        chat_template: str = "auto",
     ) -> Engine:
         kw = {} if max_context is None else {"max_context": max_context}
-        return cls(load_checkpoint(path, device=device, dtype=dtype, **kw), device, max_context=max_context)
+        ck = load_checkpoint(path, device=device, dtype=dtype, chat_template=chat_template, **kw)
+        return cls(ck, device, max_context=max_context)
 
     @property
     def family(self) -> str:
@@ -255,6 +258,8 @@ class Engine:
 
     def plan(self, req: FimRequest | EditRequest) -> DecodePlan:
         """Everything the request's decode needs (model/infer/plan.py); ValueError on bad options."""
+        if req.options.published:
+            return published_plan(self.family, req.options, self.kind_of(req), self.layout.exact_cache)
         return plan_for(self.inference, req.options, self.kind_of(req), self.cache)
 
     def resolve_effort(self, effort: str | None, edit: bool = False) -> str:
@@ -347,7 +352,7 @@ class Engine:
         contexts, suffixes, canvas_lens, parsed, dropped = self._layout(reqs)
         canvas_len = max(canvas_lens)
         first = None
-        if plan.kind != "edit":  # the canvas grows from the checkpoint's first canvas (module docstring)
+        if plan.kind != "edit" and not plan.fixed_canvas:  # the canvas grows (module docstring)
             start = self.inference.line_max_tokens if plan.kind == "line" else self.inference.fim_max_tokens
             first = max(min(n, start) for n in canvas_lens)
         for ctx, suf in zip(contexts, suffixes):
@@ -414,8 +419,11 @@ class Engine:
         )
 
     def suppressed_ids(self) -> list[int]:
-        """Layout tags the sampler never proposes (every special token but end-of-text)."""
-        return [i for i in self.tok.special_ids.values() if i != self.tok.eot_id]
+        """Layout tags the sampler never proposes: every special token but the canvas filler
+        (end-of-text or pad) and an end-of-turn, which an instruct model writes to end its answer
+        (the tokenizer's ``turn_end_ids``; decoding cuts the text there)."""
+        allowed = {self.tok.eot_id, *getattr(self.tok, "turn_end_ids", ())}
+        return [i for i in self.tok.special_ids.values() if i not in allowed]
 
     @torch.no_grad()
     def middle_ce(self, req: FimRequest, middle: str, left_to_right: bool = False) -> float:

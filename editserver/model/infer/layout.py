@@ -11,8 +11,13 @@ Design decisions:
   context cache is exact (``ContextCache``). Inputs are cut to the checkpoint's training window.
 - ``InPlaceLayout``: open-weight diffusion models trained with full attention over ``prefix
   [MASK]*n suffix`` and no FIM tokens. The canvas sits between prefix and suffix at contiguous
-  positions (``Rows.suffix``); a family that shifts its logits needs a token before the canvas, so an
-  empty prefix gets the begin-of-text (or end-of-text) token. Next edit: the Inception prompt as
+  positions (``Rows.suffix``). Each family's ends are its publisher's evaluation's (``INFILL``,
+  sources in docs/open-weights.md): the Dream family puts its begin-of-text before the prefix and,
+  as DreamOn's infilling code does, its end-of-text after the suffix; Open-dCoder neither; LLaDA its
+  begin-of-text. A family that shifts its logits needs a token before the canvas, so an empty prefix
+  without a begin-of-text gets the end-of-text. Over the window the publishers cut the sequence from
+  its start; here the prefix keeps what the suffix leaves, and at least a quarter of the budget, so an
+  editor's cursor near the top of a long file still reads the lines above it. Next edit: the Inception prompt as
   the user's turn of the chat template (raw when there is none), the rewrite on a canvas after it;
   the answer's region is the inside of its code fence or region tags when it wrote them; a prompt
   longer than the context is cut as our own model's window cuts (``fit_prompt``), and the
@@ -30,6 +35,7 @@ from editserver.protocol.prompt import (
     EDIT_CLOSE,
     EDIT_OPEN,
     EditPrompt,
+    build_prompt,
     edit_canvas_pos,
     fim_window,
     fit_prompt,
@@ -74,12 +80,12 @@ class OwnLayout:
     ) -> tuple[list[int], int, int]:
         """Context ids, the prompt's token count to hold against the ``context`` and the prompt
         tokens dropped."""
-        full = self.tok.encode(prompt)
+        full = self.tok.encode_prompt(parsed)  # the tags as ids, the user's text as text
         # cut as training rows were; a region too long for the window keeps the whole prompt
         fitted = (
             None
             if window is None
-            else fit_prompt(parsed, self.tok.encode, window - canvas - 1, self.tok.min_tokens)
+            else fit_prompt(parsed, self.tok.encode_prompt, window - canvas - 1, self.tok.min_tokens)
         )
         ids = full if fitted is None else fitted[1]
         return [*ids, self.tok.rewrite_id], len(full) + 1, len(full) - len(ids)
@@ -101,10 +107,12 @@ class OwnLayout:
         return text
 
 
+# per family: (begin-of-text before the prefix, end-of-text after the suffix); docs/open-weights.md
+INFILL = {"dream": (True, True), "open-dcoder": (False, False), "llada": (True, False)}
+
+
 class InPlaceLayout:
     """Open-weight diffusion models: the canvas in place between prefix and suffix (module docstring)."""
-
-    fim_overhead = 1  # the begin-of-text an empty prefix may need
 
     def __init__(self, tok, family: str, shift: bool):
         self.tok = tok
@@ -112,6 +120,10 @@ class InPlaceLayout:
         self.shift = shift
         self.cache: CachePolicy = DualCache()
         self.exact_cache: CachePolicy = InPlaceNoCache()
+        bos, eos = INFILL.get(family, (False, False))
+        self.head = [tok.bos_id] if bos and tok.bos_id is not None else []
+        self.tail = [tok.eos_id] if eos and getattr(tok, "eos_id", None) is not None else []
+        self.fim_overhead = max(1, len(self.head)) + len(self.tail)  # [B|E] prefix canvas suffix [E]
 
     def _lead(self, ids: list[int]) -> list[int]:
         """A shifted family reads the canvas's first token from the position before it."""
@@ -124,23 +136,28 @@ class InPlaceLayout:
     ) -> tuple[list[int], list[int] | None, int]:
         dropped = 0
         if window is not None:
-            n_pre, n_suf = fim_window(len(pre), len(suf), max(window // 2, window - min(canvas, window) - 1))
+            budget = max(window // 2, window - min(canvas, window) - self.fim_overhead)
+            n_suf, n_pre = fim_window(len(suf), len(pre), budget)  # the prefix gets what the suffix leaves
             dropped = len(pre) - n_pre + len(suf) - n_suf
             pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
-        return self._lead(pre), suf, dropped
+        ctx = self.head + pre if self.head else self._lead(pre)
+        return ctx, suf + self.tail, dropped
 
     def edit(
         self, prompt: str, parsed: EditPrompt, canvas: int, window: int | None, context: int
     ) -> tuple[list[int], int, int]:
-        """A prompt longer than the context leaves room for the canvas by the cuts our own model's
-        window uses (snippets, outer file lines, old diffs; ``fit_prompt``); one that no cut fits is
-        returned whole, for the engine to reject."""
-        full = self._lead(self.tok.encode(self.tok.chat(prompt)))
+        """A prompt longer than the window (else the context) leaves room for the canvas by the cuts our
+        own model's window uses (snippets, outer file lines, old diffs; ``fit_prompt``); one that no
+        cut fits is returned whole, for the engine to reject."""
+        context = min(context, window) if window is not None else context
+
+        def encode(p: EditPrompt) -> list[int]:  # the template's tags as ids, the prompt as text
+            return self._lead(self.tok.encode_chat(build_prompt(p)))
+
+        full = encode(parsed)
         if len(full) + canvas <= context:
             return full, len(full), 0
-        fitted = fit_prompt(
-            parsed, lambda text: self._lead(self.tok.encode(self.tok.chat(text))), context - canvas
-        )
+        fitted = fit_prompt(parsed, encode, context - canvas)
         if fitted is None:
             return full, len(full), 0
         return fitted[1], len(fitted[1]), len(full) - len(fitted[1])

@@ -25,6 +25,7 @@ from editserver.model.infer.config import EffortPreset, InferenceConfig
 from editserver.model.infer.rules import (
     JointRule,
     LeftmostRule,
+    PublishedRule,
     StepBudget,
     ThresholdRule,
     TopKRule,
@@ -51,6 +52,21 @@ class DecodePlan:
     cache: CachePolicy
     sampling: Sampling = Sampling()
     line_canvases: tuple[int, ...] = ()  # shorter canvases also decoded for a "line" request
+    fixed_canvas: bool = False  # the whole canvas from the first step (a published loop's), never grown
+
+
+# an open family's published loop: (order by entropy, block size); model/infer/rules.py PublishedRule
+PUBLISHED = {"dream": (True, 1 << 20), "open-dcoder": (True, 1 << 20), "llada": (False, 32)}
+
+
+def published_plan(family: str, options, kind: str, cache: CachePolicy) -> DecodePlan:
+    """The family's published generation loop, one token per step on the exact ``cache``
+    (``--decode published``); ValueError for a family without one."""
+    if family not in PUBLISHED:
+        raise ValueError(f"no published decoding loop for the {family} family; families: {sorted(PUBLISHED)}")
+    entropy, block = PUBLISHED[family]
+    sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
+    return DecodePlan(kind, "published", PublishedRule(entropy), block, cache, sampling, (), True)
 
 
 def resolve_effort(inference: InferenceConfig, effort: str | None, kind: str) -> str:

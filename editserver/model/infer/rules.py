@@ -26,6 +26,11 @@ Design decisions:
 - Step budget (``StepBudget``): any rule, but a block takes at most ``steps`` steps and the last one
   commits whatever is still masked (LLaDA decodes a block in a fixed number of steps, Nie et al. 2025,
   Alg. 2; here the inner rule decides while the budget lasts, so a confident answer ends sooner).
+- Published loops (``PublishedRule``): each open family's own generation loop as an unmasking rule,
+  so ``--decode published`` reproduces a publisher's figure: Dream's ``alg="entropy"`` commits, per
+  step, the one masked position of lowest entropy (certainty -H(p), Dream's generation_utils.py);
+  LLaDA's ``low_confidence`` remasking the one of highest p1 inside 32-token blocks (LLaDA's
+  generate.py, Nie et al. 2025, Alg. 2 with one token per step).
 - Implied end-of-text (``informative``): a predicted end-of-text right after another undecided
   predicted end-of-text follows from it (training pads every answer with end-of-text), so it enters
   the rule with certainty 0 and never spends a step of its own.
@@ -143,6 +148,33 @@ class TopKRule:
         tok: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return _top_k_mask(conf, active, self.k)
+
+
+@dataclass(frozen=True)
+class PublishedRule:
+    """A published loop's choice: the ``k`` masked positions of highest certainty, read as -H(p) when
+    ``entropy`` (Dream) and as p1 otherwise (LLaDA); module docstring."""
+
+    entropy: bool
+    k: int = 1
+    uses_margin: ClassVar[bool] = False
+
+    @property
+    def uses_entropy(self) -> bool:
+        return self.entropy
+
+    def select(
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor | None = None,
+        step: int = 0,
+        tok: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        # -H(p) lies below the -1 that _top_k_mask gives decided positions: rank against -inf here
+        scores = conf.masked_fill(~active, float("-inf"))  # [B, n]
+        top = scores.topk(min(self.k, scores.shape[1]), dim=1).indices  # [B, k]
+        return torch.zeros_like(active).scatter_(1, top, True) & active
 
 
 @dataclass(frozen=True)

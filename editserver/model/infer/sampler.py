@@ -159,7 +159,12 @@ def step(
     tok, conf = back(tok_m[:, 0], tokens.eot_id), back(conf_m[:, 0], 0.0)
     cert = conf if margin_m is None else back(margin_m[:, 0].to(conf.dtype), 0.0)
     repeated = (tok == c.prev[:, blk]) & active  # [B, n] predicted the same twice running
-    cert = informative(tok, cert, active, tokens.eot_id)
+    if getattr(plan.rule, "uses_entropy", False):  # Dream's published order: certainty -H(p)
+        p = torch.softmax(logits.float() - pen, dim=-1)  # [M, V]; suppressed ids: 0
+        neg_entropy = (p * torch.log(p + 1e-10)).sum(-1)  # [M], Dream's sum p log(p + eps)
+        cert = back(neg_entropy, float("-inf"))
+    else:
+        cert = informative(tok, cert, active, tokens.eot_id)
     commit = plan.rule.select(cert, active, repeated, k, tok)  # [B, n]
     c.prev[:, blk] = torch.where(active & ~commit, tok, -1)
     return commit & active, tok, conf

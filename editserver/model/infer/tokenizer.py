@@ -7,8 +7,11 @@ Design decisions:
 - The GPT-2 split regex keeps whitespace runs as their own pre-tokens, so the merges learn
   indentation blocks (4, 8, 12 spaces...) which make up a large share of code.
 - Special tokens come first (ids 0..N-1) so their ids are stable across vocabulary sizes.
-  They are matched in text as whole strings: the next-edit prompt arrives as plain text with the
-  ``<|...|>`` tags inline and is tokenized as-is.
+- Text is text: ``encode`` never reads a special token out of a string, so code that spells
+  ``<|mask|>`` or ``<|endoftext|>`` costs its characters, as any other string. The layouts insert
+  their tags as ids (FIM tags in model/infer/layout.py; a next-edit prompt's tags through
+  ``encode_prompt``, protocol/prompt.py ``prompt_parts``). Splitting at the tags first is what the
+  ``tokenizers`` library did with the tags inline, so a prompt without such text keeps its ids.
 - The vocabulary size is an argument; 8,192 was chosen by measurement (README): 16,384 compresses
   code better but its output projection and softmax cost more training time than 2 CPU cores can spare.
 """
@@ -20,6 +23,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from editserver.protocol.prompt import EditPrompt, encode_prompt
 
 EOT = "<|endoftext|>"
 MASK = "<|mask|>"
@@ -47,11 +52,27 @@ EDIT_TAGS = [
 SPECIAL_TOKENS = [EOT, MASK, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE, FILE_SEP, REWRITE, *EDIT_TAGS]
 
 
+def text_only(hf: HFTokenizer) -> HFTokenizer:
+    """``hf`` without its control tokens: the added tokens that are special or matched verbatim
+    (``normalized`` false: tags such as ``<|mask|>``, ``<|fim_middle|>``, ``<tool_call>``). Added
+    tokens that are ordinary text (normalized, not special: whitespace runs) stay. A string spelling
+    a control token is then split by the pre-tokenizer like any code (``<|``, ``mask``, ``|>``), and
+    BPE never merges across those pieces, so it cannot come back as the token."""
+    import json
+
+    spec = json.loads(hf.to_str())
+    spec["added_tokens"] = [
+        t for t in spec.get("added_tokens") or [] if t.get("normalized") and not t.get("special")
+    ]
+    return HFTokenizer.from_str(json.dumps(spec))
+
+
 class Tokenizer:
     """Thin wrapper that exposes the ids the model and sampler need by name."""
 
     def __init__(self, hf: HFTokenizer):
         self.hf = hf
+        self.plain = text_only(hf)  # reads special tokens as text (module docstring)
         ids = {tok: hf.token_to_id(tok) for tok in SPECIAL_TOKENS}
         missing = [tok for tok, i in ids.items() if i is None]
         if missing:
@@ -70,7 +91,12 @@ class Tokenizer:
         return self.hf.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.hf.encode(text, add_special_tokens=False).ids
+        """Text as text: a string spelling a special token is encoded as its characters."""
+        return self.plain.encode(text, add_special_tokens=False).ids
+
+    def encode_prompt(self, prompt: EditPrompt) -> list[int]:
+        """A next-edit prompt's ids: its layout tags as ids, the user's text as text."""
+        return encode_prompt(prompt, self.encode, self.special_ids.__getitem__)
 
     @staticmethod
     def min_tokens(text: str) -> int:
@@ -86,7 +112,7 @@ class Tokenizer:
         return len(text.encode("utf-8", "surrogatepass").split())
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=False)]
+        return [e.ids for e in self.plain.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.hf.decode(list(ids), skip_special_tokens=False)

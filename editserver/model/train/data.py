@@ -211,7 +211,7 @@ class RowBuilder:
         """``prompt <|rewrite|> answer`` padded with end-of-text, the prompt cut to fit (fit_prompt)."""
         canvas = self._canvas(self.tok.encode(new_region), 32)
         budget = self.L - len(canvas) - 1
-        fitted = fit_prompt(prompt, self.tok.encode, budget, self.tok.min_tokens)
+        fitted = fit_prompt(prompt, self.tok.encode_prompt, budget, self.tok.min_tokens)
         if fitted is None:
             return None
         ctx = [*fitted[1], self.tok.rewrite_id]

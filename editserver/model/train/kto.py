@@ -91,7 +91,7 @@ def example_row(builder: AnswerRows, ex: Example) -> Row | None:
     if row is not None:
         return row
     tok = builder.tok
-    ctx = [*tok.encode(ex.prompt), tok.rewrite_id]
+    ctx = [*tok.encode_prompt(prompt), tok.rewrite_id]
     return Row(ctx + builder._canvas(tok.encode(ex.answer), 0), len(ctx))
 
 

@@ -5,8 +5,12 @@ Design decisions:
   family name and an ``InferenceConfig`` of defaults, so the engine, the server, the replay and the
   benchmarks take either without knowing which.
 - The context served is the config's ``max_position_embeddings`` capped by the server's
-  ``max_context``; a cap above the model's own is allowed, a model longer than the cap is served at
-  the cap, and a cap below 1 is an error.
+  ``max_context`` (32K when not given); a cap above the model's own is allowed, a model longer than
+  the cap is served at the cap, and a cap below 1 is an error.
+- The window a model reads is the length its publisher evaluates it at (``EVALUATED``: 2,048 tokens
+  for the Dream family and Open-dCoder, 4,096 for LLaDA; sources in docs/open-weights.md): longer
+  input is cut to it, nearest the cursor kept, and the completion says how many tokens were dropped.
+  A ``max_context`` given explicitly is also the window, so ``--max-context`` raises it.
 - A vocabulary that disagrees with the tokenizer (an id the tokenizer can produce that the embedding
   lacks) and a mask id outside the vocabulary are refused at load.
 """
@@ -22,7 +26,7 @@ import torch
 from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig
 from editserver.model.infer.hf.families import UnsupportedModelError, detect
 from editserver.model.infer.hf.loader import load_weights, shard_files
-from editserver.model.infer.hf.tokenizer import OpenTokenizer
+from editserver.model.infer.hf.tokenizer import OpenTokenizer, choose_template, read_tokenizer
 
 __all__ = ["UnsupportedModelError", "is_open_dir", "load_open_checkpoint", "open_inference"]
 
@@ -39,33 +43,45 @@ def is_open_dir(d: Path) -> bool:
     return not ("model" in cfg and "inference" in cfg)
 
 
-def open_inference() -> InferenceConfig:
-    """Decode settings for open models: our defaults, with one-line FIM also tried on a 16-token canvas."""
-    return dataclasses.replace(InferenceConfig(), line_canvases=(16,))
+EVALUATED = {"dream": 2048, "open-dcoder": 2048, "llada": 4096}
 
 
-def load_open_checkpoint(d: Path, device: str, dtype: torch.dtype, max_context: int = CONTEXT_LENGTH):
+def open_inference(window: int | None = None) -> InferenceConfig:
+    """Decode settings for open models: our defaults, with one-line FIM also tried on a 16-token
+    canvas, reading at most ``window`` prompt tokens."""
+    return dataclasses.replace(InferenceConfig(), line_canvases=(16,), window_tokens=window)
+
+
+def load_open_checkpoint(
+    d: Path,
+    device: str,
+    dtype: torch.dtype,
+    max_context: int | None = None,
+    chat_template: str = "auto",
+):
+    """The directory as a ``Checkpoint``; ``chat_template``: ``auto`` (the directory's, none for a base
+    checkpoint), ``none`` or a template file (model/infer/hf/tokenizer.py)."""
     from editserver.model.infer.checkpoint import Checkpoint
 
-    if max_context < 1:
+    if max_context is not None and max_context < 1:
         raise ValueError(f"max_context must be at least 1, got {max_context}")
-    for f in ("config.json", "tokenizer.json"):
-        if not (d / f).is_file():
-            raise FileNotFoundError(f"{d} is not a model directory (missing {f})")
+    if not (d / "config.json").is_file():
+        raise FileNotFoundError(f"{d} is not a model directory (missing config.json)")
     shard_files(d)  # a missing shard fails before anything is built
     raw = json.loads((d / "config.json").read_text())
     tok_cfg_path = d / "tokenizer_config.json"
     tok_cfg = json.loads(tok_cfg_path.read_text()) if tok_cfg_path.is_file() else {}
-    from tokenizers import Tokenizer as HFTokenizer
-
     try:
-        hf_tok = HFTokenizer.from_file(str(d / "tokenizer.json"))
-    except Exception as exc:  # the tokenizers library raises a bare Exception
+        hf_tok = read_tokenizer(d, tok_cfg)
+    except ValueError:
         detect(raw, 0)  # an unknown family is the clearer error
-        raise ValueError(f"cannot read {d / 'tokenizer.json'}: {exc}") from None
+        raise
     cfg = detect(raw, OpenTokenizer.find_mask(hf_tok, tok_cfg))
-    cfg = dataclasses.replace(cfg, max_seq_len=min(cfg.max_position_embeddings, max_context))
-    tok = OpenTokenizer(hf_tok, tok_cfg, raw)
+    cfg = dataclasses.replace(
+        cfg, max_seq_len=min(cfg.max_position_embeddings, max_context or CONTEXT_LENGTH)
+    )
+    window = min(cfg.max_seq_len, max_context or EVALUATED.get(cfg.family, cfg.max_seq_len))
+    tok = OpenTokenizer(hf_tok, tok_cfg, raw, choose_template(d, tok_cfg, chat_template))
     if tok.vocab_size > cfg.vocab_size:
         raise ValueError(
             f"the tokenizer has {tok.vocab_size} tokens but the model's vocabulary has {cfg.vocab_size}"
@@ -75,4 +91,4 @@ def load_open_checkpoint(d: Path, device: str, dtype: torch.dtype, max_context: 
     tok.mask_id = cfg.mask_id
     model = load_weights(d, cfg, device, dtype)
     meta = {"family": cfg.family, "source": str(d), "dtype": str(dtype).removeprefix("torch.")}
-    return Checkpoint(model, tok, open_inference(), meta, family=cfg.family)
+    return Checkpoint(model, tok, open_inference(window), meta, family=cfg.family)

@@ -2,8 +2,9 @@
 
 Design decisions:
 - Only ``config.json``, ``*.safetensors`` (one file, or shards listed by
-  ``model.safetensors.index.json``) and ``tokenizer.json`` (+ ``tokenizer_config.json``) are read;
-  modelling files and ``auto_map`` entries are ignored, never imported.
+  ``model.safetensors.index.json``) and the tokenizer files (``tokenizer.json``, or ``vocab.json`` +
+  ``merges.txt``; ``tokenizer_config.json``, ``chat_template.jinja``: model/infer/hf/tokenizer.py) are
+  read; modelling files and ``auto_map`` entries are ignored, never imported.
 - Never two full copies in memory: the module is built on the meta device (no storage), then every
   tensor is read from a memory-mapped shard (``safetensors.safe_open``), cast once to the serving
   dtype and moved to the device, and assigned as the parameter; each shard's mapping is closed before

@@ -45,13 +45,18 @@ class SelfAttention(nn.Module):
         self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.rope_fp32 = cfg.family == "llada"  # LLaDA's modeling code rotates q and k in fp32
 
     def forward(self, x, cos, sin, mask, past=None):
         B, L, _ = x.shape
         q = self.q_proj(x).view(B, L, self.h, self.hd)
         k = self.k_proj(x).view(B, L, self.hkv, self.hd)
         v = self.v_proj(x).view(B, L, self.hkv, self.hd)
-        q, k = ops.rotary(q, k, cos, sin)
+        if self.rope_fp32:  # cos/sin stay fp32 (OpenModel._tables); the result returns to the weights' type
+            q, k = ops.rotary(q.float(), k.float(), cos, sin)
+            q, k = q.to(x.dtype), k.to(x.dtype)
+        else:
+            q, k = ops.rotary(q, k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, L, D]
         out = ops.attention(q, k, v, mask, past=past)  # [B, H, L, D]
         return self.o_proj(out.transpose(1, 2).reshape(B, L, -1)), k, v
@@ -110,7 +115,7 @@ class OpenModel(nn.Module):
 
     def _tables(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
-        dtype = self.embed_tokens.weight.dtype
+        dtype = torch.float32 if self.cfg.family == "llada" else self.embed_tokens.weight.dtype
         return cos.to(dtype), sin.to(dtype)
 
     def encode(

@@ -1,0 +1,53 @@
+"""Open-weight models by short name: which publisher repository each is, and where a pulled one lies.
+
+Design decisions:
+- ``editserver pull NAME`` (editserver/cli/pull.py) downloads into the user's Hugging Face cache
+  (``HF_HOME``/``HF_HUB_CACHE`` as huggingface_hub resolves them), so a model pulled once is shared
+  with any other tool that uses that cache. ``--model NAME`` then finds it without the network
+  (``pulled_dir``); a name never pulled is an error that says to pull it.
+- ``HF_ENDPOINT`` is honoured (a mirror; the tests serve a fixture directory the hub's way on loopback).
+- Only the files the loader reads (model/infer/hf/__init__.py) are fetched: config, tokenizer files,
+  the chat template, the index and the shards it names. Modelling code is never downloaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PULLABLE = {
+    "dream-coder-7b": "Dream-org/Dream-Coder-v0-Instruct-7B",
+    "diffucoder-7b-instruct": "apple/DiffuCoder-7B-Instruct",
+    "open-dcoder-0.5b": "fredzzp/open-dcoder-0.5B",
+    "llada-8b-instruct": "GSAI-ML/LLaDA-8B-Instruct",
+}
+# besides config.json and the weights; each may be absent from a repository
+OPTIONAL = (
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+    "generation_config.json",
+)
+
+
+def pulled_dir(name: str) -> Path | None:
+    """The cached directory of a pulled ``name`` (a PULLABLE key), or None when it was never pulled."""
+    repo = PULLABLE.get(name)
+    if repo is None:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo, "config.json")
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def resolve_model(model: str | Path | None) -> str | Path | None:
+    """``model`` as given, or the directory of a pulled name; FileNotFoundError for a name not pulled."""
+    if model is None or Path(model).exists() or str(model) not in PULLABLE:
+        return model
+    d = pulled_dir(str(model))
+    if d is None:
+        raise FileNotFoundError(f"{model} has not been pulled: run `editserver pull {model}` first")
+    return d
