@@ -80,11 +80,16 @@ from editserver.model.infer.draft import draft_region, step_drafts
 from editserver.model.infer.ensemble import done_hook
 from editserver.model.infer.layout import InPlaceLayout, layout_for
 from editserver.model.infer.plan import DecodePlan, plan_for, resolve_effort
+from editserver.model.infer.prefix import PrefixStore
 from editserver.model.infer.sampler import Hooks, SampleResult, Tokens, denoise
 from editserver.model.infer.scoring import aggregate, layout_only
 from editserver.model.infer.transformer import ContextTooLongError
 from editserver.protocol.postprocess import settled
 from editserver.protocol.prompt import EditPrompt, parse_prompt
+
+# MiB of recent contexts kept for reuse by default, per family ("open": every open-weight family);
+# 0 keeps reuse off. Set from ``editserver bench keystrokes`` (docs/experiments.md).
+PREFIX_DEFAULT_MB = {"editserver": 0, "open": 0}
 
 
 @dataclass
@@ -157,6 +162,7 @@ class Engine:
         device: str = "cpu",
         cache: str = "default",
         max_context: int | None = None,
+        prefix_cache_mb: float | None = None,
     ):
         if cache not in ("default", "exact"):
             raise ValueError(f"cache must be default or exact, got {cache!r}")
@@ -168,6 +174,21 @@ class Engine:
         self.context_length = min(self.model.cfg.max_seq_len, max_context or self.model.cfg.max_seq_len)
         self.layout = layout_for(checkpoint)
         self.cache = self.layout.exact_cache if cache == "exact" else self.layout.cache
+        self.prefix: PrefixStore | None = None
+        if cache == "default":
+            self.use_prefix_cache(prefix_cache_mb)
+
+    def use_prefix_cache(self, mb: float | None) -> None:
+        """Keep up to ``mb`` MiB of recent contexts' keys/values for later requests to reuse
+        (model/infer/prefix.py); 0 turns reuse off, None takes the family's default
+        (``PREFIX_DEFAULT_MB``). Reused keys/values are approximate for these bidirectional models,
+        so each default follows ``editserver bench keystrokes`` (docs/experiments.md)."""
+        if mb is None:
+            mb = PREFIX_DEFAULT_MB.get(self.family, PREFIX_DEFAULT_MB["open"])
+        if mb < 0:
+            raise ValueError(f"prefix cache size must be at least 0 MiB, got {mb}")
+        self.prefix = PrefixStore(int(mb * 2**20)) if mb > 0 else None
+        self.cache = dataclasses.replace(self.cache, store=self.prefix)
 
     @classmethod
     def load(
@@ -176,9 +197,11 @@ class Engine:
         device: str = "cpu",
         dtype: torch.dtype | str = torch.float32,
         max_context: int | None = None,
+        prefix_cache_mb: float | None = None,
     ) -> Engine:
         kw = {} if max_context is None else {"max_context": max_context}
-        return cls(load_checkpoint(path, device=device, dtype=dtype, **kw), device, max_context=max_context)
+        ck = load_checkpoint(path, device=device, dtype=dtype, **kw)
+        return cls(ck, device, max_context=max_context, prefix_cache_mb=prefix_cache_mb)
 
     @property
     def family(self) -> str:

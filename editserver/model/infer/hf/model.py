@@ -136,13 +136,18 @@ class OpenModel(nn.Module):
         fresh: torch.Tensor,  # [B, n] bool: span keys that exist (False: past a row's end)
         kv: list[tuple[torch.Tensor, torch.Tensor]],  # cached [B, Hkv, L, D] per layer
         cached: torch.Tensor,  # [B, L] bool: cached keys to attend (the span's own are recomputed)
+        keep: list | None = None,  # given: each layer's fresh (k, v) [B, Hkv, n, D] is appended to it
     ) -> torch.Tensor:
         """Hidden states [B, n, dim] of a span attending to the cached keys plus its own fresh ones."""
         cos, sin = self._tables(pos)
-        mask = torch.cat([cached, fresh], dim=1)[:, None, None, :]  # [B, 1, 1, L + n]
+        mask = (
+            None if bool(cached.all() & fresh.all()) else torch.cat([cached, fresh], dim=1)[:, None, None, :]
+        )
         x = self.embed_tokens(ids)
         for layer, past in zip(self.layers, kv):
-            x, _, _ = layer(x, cos, sin, mask, past)
+            x, k, v = layer(x, cos, sin, mask, past)
+            if keep is not None:
+                keep.append((k, v))
         return x
 
     def forward(self, ids: torch.Tensor, seq_lens: torch.Tensor | None = None) -> torch.Tensor:
