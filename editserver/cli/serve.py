@@ -92,6 +92,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     p.add_argument(
+        "--prefix-cache-mb",
+        type=float,
+        default=None,
+        help="MiB of recent contexts' keys/values reused by later requests (0: off; default: the "
+        "model family's, docs/experiments.md)",
+    )
+    p.add_argument(
         "--fim-threshold",
         type=float,
         default=None,
@@ -147,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             dtype=args.dtype,
             max_context=args.max_context,
+            prefix_cache_mb=args.prefix_cache_mb,
         )
     except ValueError as exc:
         print(f"editserver serve: {exc}", file=sys.stderr)
@@ -178,7 +186,9 @@ def run(args: argparse.Namespace) -> int:
 
     def build():  # on the replica's loading thread, while /health answers 503
         t0 = time.perf_counter()
-        engine = Engine.load(settings.model, settings.device, settings.dtype, settings.max_context)
+        engine = Engine.load(
+            settings.model, settings.device, settings.dtype, settings.max_context, settings.prefix_cache_mb
+        )
         print(
             f"editserver serve: {engine.family} model, {engine.num_parameters:,} parameters, {engine.dtype}, "
             f"{settings.device}, context {engine.context_length}, loaded in {time.perf_counter() - t0:.1f}s",

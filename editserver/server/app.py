@@ -65,7 +65,9 @@ def _with_overrides(engine: Engine, settings: Settings) -> None:
 def create_app(settings: Settings, engine: Engine | None = None, metrics: Metrics | None = None) -> FastAPI:
     """The API; ``metrics``: a registry made before the model loaded (replica.py), else a new one."""
     if engine is None:
-        engine = Engine.load(settings.model, settings.device, settings.dtype, settings.max_context)
+        engine = Engine.load(
+            settings.model, settings.device, settings.dtype, settings.max_context, settings.prefix_cache_mb
+        )
     _with_overrides(engine, settings)
     metrics = metrics if metrics is not None else Metrics()
     metrics.ready.set(1)  # the model is loaded (replica.py shows 0 before, and while draining)
