@@ -92,6 +92,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     p.add_argument(
+        "--quantize",
+        default="none",
+        choices=["none", "int8"],
+        help="int8: weight-only int8 weights on the CPU, half the bytes per step (default none)",
+    )
+    p.add_argument(
         "--prefix-cache-mb",
         type=float,
         default=None,
@@ -155,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             max_context=args.max_context,
             prefix_cache_mb=args.prefix_cache_mb,
+            quantize=args.quantize,
         )
     except ValueError as exc:
         print(f"editserver serve: {exc}", file=sys.stderr)
@@ -187,7 +194,12 @@ def run(args: argparse.Namespace) -> int:
     def build():  # on the replica's loading thread, while /health answers 503
         t0 = time.perf_counter()
         engine = Engine.load(
-            settings.model, settings.device, settings.dtype, settings.max_context, settings.prefix_cache_mb
+            settings.model,
+            settings.device,
+            settings.dtype,
+            settings.max_context,
+            settings.prefix_cache_mb,
+            settings.quantize,
         )
         print(
             f"editserver serve: {engine.family} model, {engine.num_parameters:,} parameters, {engine.dtype}, "

@@ -41,6 +41,7 @@ class Settings:
     log_level: str = "info"
     dtype: str = "auto"  # serving dtype: auto (bf16 where native, else fp32), fp32, bf16, fp16
     max_context: int = 32768  # the longest context served (an open model's own is capped to it)
+    quantize: str = "none"  # "int8": weight-only int8 on the CPU (model/infer/quant.py)
     prefix_cache_mb: float | None = None  # reused context keys/values; None: the family's default
     extra: dict = field(default_factory=dict)  # free-form provenance shown by /health
 
@@ -60,6 +61,10 @@ class Settings:
             raise ValueError(f"dtype must be auto, fp32, bf16 or fp16, got {self.dtype!r}")
         if self.prefix_cache_mb is not None and not self.prefix_cache_mb >= 0:
             raise ValueError(f"prefix_cache_mb must be at least 0, got {self.prefix_cache_mb!r}")
+        if self.quantize not in ("none", "int8"):
+            raise ValueError(f"quantize must be none or int8, got {self.quantize!r}")
+        if self.quantize == "int8" and self.device != "cpu":
+            raise ValueError("--quantize int8 runs on the CPU only")
         if self.max_context < 1:
             raise ValueError(f"max_context must be at least 1, got {self.max_context}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):

@@ -74,6 +74,7 @@ from pathlib import Path
 
 import torch
 
+from editserver.model.infer import quant
 from editserver.model.infer.cache import Rows
 from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
 from editserver.model.infer.draft import draft_region, step_drafts
@@ -198,9 +199,12 @@ class Engine:
         dtype: torch.dtype | str = torch.float32,
         max_context: int | None = None,
         prefix_cache_mb: float | None = None,
+        quantize: str = "none",
     ) -> Engine:
+        """``quantize="int8"``: weight-only int8 on the CPU (model/infer/quant.py)."""
         kw = {} if max_context is None else {"max_context": max_context}
         ck = load_checkpoint(path, device=device, dtype=dtype, **kw)
+        quant.quantize(ck.model, quantize)
         return cls(ck, device, max_context=max_context, prefix_cache_mb=prefix_cache_mb)
 
     @property

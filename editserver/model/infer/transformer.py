@@ -198,9 +198,9 @@ class Transformer(nn.Module):
     def logits(self, h: torch.Tensor, draft: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [..., V] of hidden states h [..., dim]; with ``draft`` [...] (-1 = none), each draft
         token's logit gets the copy gate's bonus."""
-        w = self.embed.weight if self.lm_head is None else self.lm_head.weight
         normed = self.norm(h)
-        out = F.linear(normed, w)
+        # a module call: an int8 head (model/infer/quant.py) stays int8
+        out = F.linear(normed, self.embed.weight) if self.lm_head is None else self.lm_head(normed)
         if draft is None or self.copy_gate is None:
             return out
         has = (draft >= 0)[..., None]  # [..., 1]

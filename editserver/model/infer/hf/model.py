@@ -99,8 +99,9 @@ class OpenModel(nn.Module):
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Logits [..., V] of hidden states [..., dim] (final norm, then the head)."""
-        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(self.norm(h), w)
+        if self.lm_head is not None:  # a module call: an int8 head (model/infer/quant.py) stays int8
+            return self.lm_head(self.norm(h))
+        return F.linear(self.norm(h), self.embed_tokens.weight)
 
     def _check_len(self, total: int) -> None:
         if self.cfg.max_seq_len and total > self.cfg.max_seq_len:
