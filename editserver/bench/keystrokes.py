@@ -47,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix-cache-mb", type=float, default=256, help="reuse side's store (default 256)")
     p.add_argument("--threads", type=int, default=2, help="torch threads per server (default 2)")
     p.add_argument("--dtype", default="auto", help="serving dtype of both servers (default auto)")
+    p.add_argument("--device", default="cpu", help="serving device of both servers (default cpu)")
+    p.add_argument("--quantize", default="none", help="weights of both servers: none | int8 (default none)")
     p.add_argument("--seed", type=int, default=0, help="which records are typed (default 0)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.set_defaults(func=run)
@@ -126,13 +128,8 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, OSError, ValueError) as e:
         print(f"editserver bench keystrokes: error: {e}", file=sys.stderr)
         return 2
-    common = [
-        "--fim-threshold",
-        "0",
-        "--dtype",
-        args.dtype,
-        *(["--model", str(args.model)] if args.model else []),
-    ]
+    common = ["--fim-threshold", "0", "--dtype", args.dtype, "--device", args.device]
+    common += ["--quantize", args.quantize, *(["--model", str(args.model)] if args.model else [])]
     arms = {"off": 0.0, "on": args.prefix_cache_mb}
     stats = {a: {"first": [], "later": [], "exact": []} for a in arms}
     same, n = 0, 0
