@@ -28,9 +28,10 @@ def test_int8_linear_matches_dequantized_weights():
     q = Int8Linear(lin)
     x = torch.randn(3, 5, 96)
     ref = torch.nn.functional.linear(x, q.weight, q.bias)  # what the int8 weights mean
-    assert torch.allclose(q(x), ref, atol=1e-3)
+    assert torch.allclose(q(x), ref, rtol=0.02, atol=0.02)  # bf16 products (quant.py)
     assert torch.allclose(q(x), lin(x), rtol=0.05, atol=0.02)  # and they are near the originals
-    assert (q.weight - lin.weight).abs().max() <= lin.weight.abs().amax(1).max() / 127 / 2 + 1e-6
+    # half a step of rounding, plus the bf16 scale's own rounding (at most half a step more)
+    assert (q.weight - lin.weight).abs().max() <= lin.weight.abs().amax(1).max() / 127 + 1e-6
 
 
 @pytest.mark.parametrize("family", ["dream", "llada"])
