@@ -34,6 +34,9 @@ Design decisions:
   it can change the returned text, so the row ends there (the sampler's ``done`` hook). The text is
   the same as decoding the whole canvas and cutting afterwards; the steps are fewer (the LSP's
   mid-line completions stop at the first newline).
+- Context reuse across requests (``prefix_cache_mb``, model/infer/prefix.py) hands the family's cache
+  policy a store of recent contexts' keys/values; weight-only int8 (``Engine.load(quantize="int8")``,
+  model/infer/quant.py) changes the weights, not the engine.
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
   masked); ``complete`` is the batch of one.
 - A single-line FIM request (its stops include "\n") is also decoded on the checkpoint's
@@ -89,7 +92,10 @@ from editserver.protocol.postprocess import settled
 from editserver.protocol.prompt import EditPrompt, parse_prompt
 
 # MiB of recent contexts kept for reuse by default, per family ("open": every open-weight family);
-# 0 keeps reuse off. Set from ``editserver bench keystrokes`` (docs/experiments.md).
+# 0 keeps reuse off. Off for the shipped model: its answers changed on about half of the typing
+# replay's requests with reuse on (``editserver bench keystrokes``, docs/experiments.md), far from
+# "within noise". Off for the open families until a real checkpoint has been through the same replay
+# (random-weight copies say nothing about answers).
 PREFIX_DEFAULT_MB = {"editserver": 0, "open": 0}
 
 
