@@ -13,6 +13,10 @@ Design decisions:
   reads only its rows), so it takes at least weight bytes / memory bandwidth. The bandwidth is
   measured in the same run (a sum over a ``--bandwidth-mib`` tensor, best of five), so the ratio
   compares like with like on a busy machine.
+- ``--reuse off,on`` adds the typing case: every decode of a batch size runs the same rows, so with
+  a prefix store (model/infer/prefix.py) each refresh after the warm-up round recomputes only the
+  canvas and what follows it, as a keystroke's request does when the text before the cursor is
+  unchanged.
 - ``--quantize none,int8`` times the bf16/fp32 weights against weight-only int8 (model/infer/quant.py)
   in the same interleaved rounds, each against its own floor.
 """
@@ -45,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--repeat", type=int, default=3, help="timed decodes per backend and batch (default 3)")
     p.add_argument("--quantize", default="none", help="weights to compare: none,int8 (default none)")
+    p.add_argument(
+        "--reuse",
+        default="off",
+        help="context reuse to compare: off,on (on: the rows' context is in the prefix store, as while "
+        "typing; default off)",
+    )
     p.add_argument(
         "--bandwidth-mib", type=int, default=1024, help="tensor read for the bandwidth (default 1024)"
     )
@@ -93,7 +103,7 @@ def weight_bytes(model) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _decode_ms(model, batch: int, args, device: str) -> tuple[float, int]:
+def _decode_ms(model, batch: int, args, device: str, store=None) -> tuple[float, int]:
     """(wall ms, steps) of one decode of ``batch`` rows."""
     import torch
 
@@ -110,7 +120,7 @@ def _decode_ms(model, batch: int, args, device: str) -> tuple[float, int]:
         pre, torch.full((batch,), args.context, device=device), None, None, suf,
         torch.full((batch,), args.suffix, device=device),
     )  # fmt: skip
-    plan = DecodePlan("fim", "bench", TopKRule(1), args.canvas, DualCache())
+    plan = DecodePlan("fim", "bench", TopKRule(1), args.canvas, DualCache(store=store))
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -148,15 +158,25 @@ def run(args: argparse.Namespace) -> int:
     out["floor_ms"] = {q: round(f, 2) for q, f in floors.items()}
     print(f"bandwidth {bw / 1e9:.1f} GB/s; floor (weight bytes / bandwidth): "
           + ", ".join(f"{q} {f:.1f} ms" for q, f in floors.items()))  # fmt: skip
-    variants = [(b, q) for b in backends for q in quants]
-    names = {v: v[0] if len(quants) == 1 else f"{v[0]}/{v[1]}" for v in variants}
+    from editserver.model.infer.prefix import PrefixStore
+
+    reuse = [x for x in args.reuse.split(",") if x]
+    if not set(reuse) <= {"off", "on"}:
+        print("editserver bench step: error: --reuse takes off, on or off,on", file=sys.stderr)
+        return 2
+    variants = [(b, q, u) for b in backends for q in quants for u in reuse]
+    stores = {v: PrefixStore(2**34) if v[2] == "on" else None for v in variants}
+    names = {
+        v: "/".join([v[0], *([v[1]] if len(quants) > 1 else []), *([v[2]] if len(reuse) > 1 else [])])
+        for v in variants
+    }
     print(f"{'batch':>5} " + " ".join(f"{names[v] + ' ms/step':>18} {'x floor':>7}" for v in variants))
     for batch in [int(x) for x in args.batches.split(",") if x]:
         times: dict = {v: [] for v in variants}
         for r in range(args.repeat + 1):  # the first round warms up (compilation, caches)
             for v in variants if r % 2 == 0 else variants[::-1]:
                 ops.set_backend(v[0])
-                ms, steps = _decode_ms(models[v[1]], batch, args, device)
+                ms, steps = _decode_ms(models[v[1]], batch, args, device, stores[v])
                 if r:
                     times[v].append(ms / steps)
         ops.set_backend("auto")

@@ -45,3 +45,15 @@ def test_bench_step_compares_triton_and_sdpa_on_cuda(tmp_path) -> None:
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
     assert all({"torch", "triton"} <= set(v) for v in rows.values())
+
+
+def test_bench_step_compares_context_reuse(tmp_path) -> None:
+    out = tmp_path / "step.json"
+    cmd = [sys.executable, "-m", "editserver.cli", "bench", "step", "--shape", "tiny", "--batches", "1"]
+    cmd += ["--context", "24", "--suffix", "8", "--canvas", "4", "--repeat", "1", "--device", "cpu"]
+    cmd += ["--reuse", "off,on", "--bandwidth-mib", "16", "--backends", "torch"]
+    r = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert set(json.loads(out.read_text())["rows"]["1"]) == {"torch/off", "torch/on"}
+    bad = subprocess.run([*cmd[:-6], "--reuse", "sometimes"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--reuse" in bad.stderr
