@@ -25,6 +25,9 @@ Design decisions:
   tests/model/test_hf_cache.py). It differs when a block takes several steps: the prefix, suffix and
   other blocks' keys/values then still reflect the block as it was at its first step (masks where
   tokens have since been committed), the approximation Fast-dLLM measured as nearly free.
+- Either cached policy may hold a ``PrefixStore`` (model/infer/prefix.py): ``ContextCache`` then
+  computes a context only from its first difference with a recent one, ``DualCache`` its first
+  refresh only from there (and always the canvas on). A policy with a store is not exact.
 """
 
 from __future__ import annotations

@@ -84,19 +84,12 @@ from editserver.model.infer.draft import draft_region, step_drafts
 from editserver.model.infer.ensemble import done_hook
 from editserver.model.infer.layout import InPlaceLayout, layout_for
 from editserver.model.infer.plan import DecodePlan, plan_for, resolve_effort
-from editserver.model.infer.prefix import PrefixStore
+from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
 from editserver.model.infer.sampler import Hooks, SampleResult, Tokens, denoise
 from editserver.model.infer.scoring import aggregate, layout_only
 from editserver.model.infer.transformer import ContextTooLongError
 from editserver.protocol.postprocess import settled
 from editserver.protocol.prompt import EditPrompt, parse_prompt
-
-# MiB of recent contexts kept for reuse by default, per family ("open": every open-weight family);
-# 0 keeps reuse off. Off for the shipped model: its answers changed on about half of the typing
-# replay's requests with reuse on (``editserver bench keystrokes``, docs/experiments.md), far from
-# "within noise". Off for the open families until a real checkpoint has been through the same replay
-# (random-weight copies say nothing about answers).
-PREFIX_DEFAULT_MB = {"editserver": 0, "open": 0}
 
 
 @dataclass
@@ -188,10 +181,10 @@ class Engine:
     def use_prefix_cache(self, mb: float | None) -> None:
         """Keep up to ``mb`` MiB of recent contexts' keys/values for later requests to reuse
         (model/infer/prefix.py); 0 turns reuse off, None takes the family's default
-        (``PREFIX_DEFAULT_MB``). Reused keys/values are approximate for these bidirectional models,
+        (``prefix.DEFAULT_MB``). Reused keys/values are approximate for these bidirectional models,
         so each default follows ``editserver bench keystrokes`` (docs/experiments.md)."""
         if mb is None:
-            mb = PREFIX_DEFAULT_MB.get(self.family, PREFIX_DEFAULT_MB["open"])
+            mb = DEFAULT_MB.get(self.family, DEFAULT_MB["open"])
         if mb < 0:
             raise ValueError(f"prefix cache size must be at least 0 MiB, got {mb}")
         self.prefix = PrefixStore(int(mb * 2**20)) if mb > 0 else None

@@ -36,6 +36,12 @@ import torch
 from editserver.model.infer.transformer import rope_tables
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k, v) [1, Hkv, L, D]
+# MiB of recent contexts kept for reuse by default, per family ("open": every open-weight family);
+# 0 keeps reuse off. Off for the shipped model: its answers changed on about half of the typing
+# replay's requests with reuse on (``editserver bench keystrokes``, docs/experiments.md), far from
+# "within noise". Off for the open families until a real checkpoint has been through the same replay
+# (random-weight copies say nothing about answers).
+DEFAULT_MB = {"editserver": 0, "open": 0}
 PROBE = 8  # tokens the moved run is searched for by (a shorter run is not worth re-rotating)
 
 
