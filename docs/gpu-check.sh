@@ -14,3 +14,17 @@ for shape in tiny qwen2-0.5b; do
 done
 python -m editserver.cli bench kernels --shape qwen2-7b --json "$OUT/kernels-qwen2-7b.json" \
   2>&1 | tee "$OUT/kernels-qwen2-7b.txt"
+# ms per step at the 7B shape against its bandwidth floor (weight bytes / the GPU's measured read
+# bandwidth, printed beside each figure), batch 1 and 16, Triton against SDPA, bf16.
+python -m editserver.cli bench step --shape qwen2-7b --batches 1,16 --canvas 16 --repeat 3 --dtype bfloat16 \
+  --bandwidth-mib 4096 --json "$OUT/step-qwen2-7b.json" 2>&1 | tee "$OUT/step-qwen2-7b.txt"
+# The typing replay at 7B through two servers (context reuse off and on): needs a downloaded 7B
+# diffusion model directory in MODEL_7B (for example Dream-Coder-v0-Instruct-7B) and the commit
+# records in EDITS (default ../shared/data/edits).
+if [ -n "${MODEL_7B:-}" ]; then
+  python -m editserver.cli bench keystrokes --model "$MODEL_7B" --device cuda --dtype bf16 \
+    --edits "${EDITS:-../shared/data/edits}" --lines 20 --chars 3 --threads 4 \
+    --json "$OUT/keystrokes-7b.json" 2>&1 | tee "$OUT/keystrokes-7b.txt"
+else
+  echo "MODEL_7B unset: the 7B typing replay is skipped" | tee "$OUT/keystrokes-7b.txt"
+fi

@@ -103,6 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per test execution")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    p.add_argument("--quantize", default="none", help="none | int8: weight-only int8 (default none)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.set_defaults(func=run)
 
@@ -327,8 +328,8 @@ def _load(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        engine = Engine.load(args.model)
-    except FileNotFoundError as e:  # a mistyped --model: say so, not a traceback
+        engine = Engine.load(args.model, quantize=args.quantize)
+    except (FileNotFoundError, ValueError) as e:  # a mistyped --model or --quantize: one line
         return str(e)
     if args.fim_window is not None:
         engine.inference.window_tokens = args.fim_window or None

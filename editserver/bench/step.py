@@ -9,6 +9,16 @@ Design decisions:
   (``model.infer.ops.set_backend``), alternating per repetition so machine noise falls on both.
 - One token per step (``TopKRule(1)``), so every repetition takes the same number of steps; the
   figure is the decode's wall time over its steps (the block refreshes of the dual cache included).
+- The floor beside it: a batch-1 step reads every weight once (the embedding table aside: a step
+  reads only its rows), so it takes at least weight bytes / memory bandwidth. The bandwidth is
+  measured in the same run (a sum over a ``--bandwidth-mib`` tensor, best of five), so the ratio
+  compares like with like on a busy machine.
+- ``--reuse off,on`` adds the typing case: every decode of a batch size runs the same rows, so with
+  a prefix store (model/infer/prefix.py) each refresh after the warm-up round recomputes only the
+  canvas and what follows it, as a keystroke's request does when the text before the cursor is
+  unchanged.
+- ``--quantize none,int8`` times the bf16/fp32 weights against weight-only int8 (model/infer/quant.py)
+  in the same interleaved rounds, each against its own floor.
 """
 
 from __future__ import annotations
@@ -38,6 +48,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda if present) | cpu | cuda")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--repeat", type=int, default=3, help="timed decodes per backend and batch (default 3)")
+    p.add_argument("--quantize", default="none", help="weights to compare: none,int8 (default none)")
+    p.add_argument(
+        "--reuse",
+        default="off",
+        help="context reuse to compare: off,on (on: the rows' context is in the prefix store, as while "
+        "typing; default off)",
+    )
+    p.add_argument(
+        "--bandwidth-mib", type=int, default=1024, help="tensor read for the bandwidth (default 1024)"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.set_defaults(func=run)
 
@@ -61,7 +81,29 @@ def _model(shape: OpShapes, device: str, dtype):
     return model.to(dtype).eval()
 
 
-def _decode_ms(model, batch: int, args, device: str) -> tuple[float, int]:
+def bandwidth(mib: int, device: str) -> float:
+    """Bytes per second this machine reads: best of five sums over a ``mib`` MiB float32 tensor."""
+    import torch
+
+    x = torch.ones(mib * 2**18, device=device)  # 4 bytes each
+    best = float("inf")
+    for _ in range(5):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        float(x.sum())
+        best = min(best, time.perf_counter() - t0)
+    return x.numel() * 4 / best
+
+
+def weight_bytes(model) -> int:
+    """Bytes a batch-1 step reads: every parameter and buffer but the embedding table."""
+    skip = {id(model.embed_tokens.weight)}
+    tensors = [t for t in [*model.parameters(), *model.buffers()] if id(t) not in skip]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _decode_ms(model, batch: int, args, device: str, store=None) -> tuple[float, int]:
     """(wall ms, steps) of one decode of ``batch`` rows."""
     import torch
 
@@ -78,7 +120,7 @@ def _decode_ms(model, batch: int, args, device: str) -> tuple[float, int]:
         pre, torch.full((batch,), args.context, device=device), None, None, suf,
         torch.full((batch,), args.suffix, device=device),
     )  # fmt: skip
-    plan = DecodePlan("fim", "bench", TopKRule(1), args.canvas, DualCache())
+    plan = DecodePlan("fim", "bench", TopKRule(1), args.canvas, DualCache(store=store))
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -100,22 +142,49 @@ def run(args: argparse.Namespace) -> int:
     if "triton" in backends and device != "cuda":
         print("editserver bench step: the Triton backend needs CUDA here; timing torch only", file=sys.stderr)
         backends = [b for b in backends if b != "triton"]
+    from editserver.model.infer.quant import quantize
+
     shape = TINY if args.shape == "tiny" else SHAPES[args.shape]
-    model = _model(shape, device, dtype)
+    try:
+        quants = [q for q in args.quantize.split(",") if q]
+        models = {q: quantize(_model(shape, device, dtype), q) for q in quants}
+    except ValueError as e:
+        print(f"editserver bench step: error: {e}", file=sys.stderr)
+        return 2
+    bw = bandwidth(args.bandwidth_mib, device)
+    floors = {q: 1000 * weight_bytes(m) / bw for q, m in models.items()}
     out: dict = {"shape": args.shape, "device": device, "dtype": str(dtype), "rows": {}}
-    print(f"{'batch':>5} " + " ".join(f"{b + ' ms/step':>16}" for b in backends))
+    out["bandwidth_gb_s"] = round(bw / 1e9, 2)
+    out["floor_ms"] = {q: round(f, 2) for q, f in floors.items()}
+    print(f"bandwidth {bw / 1e9:.1f} GB/s; floor (weight bytes / bandwidth): "
+          + ", ".join(f"{q} {f:.1f} ms" for q, f in floors.items()))  # fmt: skip
+    from editserver.model.infer.prefix import PrefixStore
+
+    reuse = [x for x in args.reuse.split(",") if x]
+    if not set(reuse) <= {"off", "on"}:
+        print("editserver bench step: error: --reuse takes off, on or off,on", file=sys.stderr)
+        return 2
+    variants = [(b, q, u) for b in backends for q in quants for u in reuse]
+    stores = {v: PrefixStore(2**34) if v[2] == "on" else None for v in variants}
+    names = {
+        v: "/".join([v[0], *([v[1]] if len(quants) > 1 else []), *([v[2]] if len(reuse) > 1 else [])])
+        for v in variants
+    }
+    print(f"{'batch':>5} " + " ".join(f"{names[v] + ' ms/step':>18} {'x floor':>7}" for v in variants))
     for batch in [int(x) for x in args.batches.split(",") if x]:
-        times: dict[str, list[float]] = {b: [] for b in backends}
+        times: dict = {v: [] for v in variants}
         for r in range(args.repeat + 1):  # the first round warms up (compilation, caches)
-            for b in backends if r % 2 == 0 else backends[::-1]:
-                ops.set_backend(b)
-                ms, steps = _decode_ms(model, batch, args, device)
+            for v in variants if r % 2 == 0 else variants[::-1]:
+                ops.set_backend(v[0])
+                ms, steps = _decode_ms(models[v[1]], batch, args, device, stores[v])
                 if r:
-                    times[b].append(ms / steps)
+                    times[v].append(ms / steps)
         ops.set_backend("auto")
-        row = {b: round(statistics.median(v), 3) for b, v in times.items()}
+        row = {names[v]: round(statistics.median(t), 3) for v, t in times.items()}
         out["rows"][batch] = row
-        print(f"{batch:5d} " + " ".join(f"{row[b]:16.2f}" for b in backends))
+        print(f"{batch:5d} " + " ".join(
+            f"{row[names[v]]:18.2f} {row[names[v]] / floors[v[1]]:7.2f}" for v in variants
+        ))  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0

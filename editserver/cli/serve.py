@@ -126,6 +126,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     p.add_argument(
+        "--quantize",
+        default="none",
+        choices=["none", "int8"],
+        help="int8: weight-only int8 weights on the CPU, half the bytes per step (default none)",
+    )
+    p.add_argument(
+        "--prefix-cache-mb",
+        type=float,
+        default=None,
+        help="MiB of recent contexts' keys/values reused by later requests (0: off; default: the "
+        "model family's, docs/experiments.md)",
+    )
+    p.add_argument(
         "--fim-threshold",
         type=float,
         default=None,
@@ -185,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             allow_origins=tuple(args.allow_origin),
             chat_template=args.chat_template,
+            prefix_cache_mb=args.prefix_cache_mb,
+            quantize=args.quantize,
         )
     except ValueError as exc:
         print(f"editserver serve: {exc}", file=sys.stderr)
@@ -224,7 +239,13 @@ def run(args: argparse.Namespace) -> int:
     def build():  # on the replica's loading thread, while /health answers 503
         t0 = time.perf_counter()
         engine = Engine.load(
-            settings.model, settings.device, settings.dtype, settings.max_context, settings.chat_template
+            settings.model,
+            settings.device,
+            settings.dtype,
+            settings.max_context,
+            chat_template=settings.chat_template,
+            prefix_cache_mb=settings.prefix_cache_mb,
+            quantize=settings.quantize,
         )
         print(
             f"editserver serve: {engine.family} model, {engine.num_parameters:,} parameters, {engine.dtype}, "

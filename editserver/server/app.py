@@ -70,7 +70,13 @@ def create_app(settings: Settings, engine: Engine | None = None, metrics: Metric
     """The API; ``metrics``: a registry made before the model loaded (replica.py), else a new one."""
     if engine is None:
         engine = Engine.load(
-            settings.model, settings.device, settings.dtype, settings.max_context, settings.chat_template
+            settings.model,
+            settings.device,
+            settings.dtype,
+            settings.max_context,
+            chat_template=settings.chat_template,
+            prefix_cache_mb=settings.prefix_cache_mb,
+            quantize=settings.quantize,
         )
     _with_overrides(engine, settings)
     metrics = metrics if metrics is not None else Metrics()

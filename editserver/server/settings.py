@@ -61,6 +61,8 @@ class Settings:
     # reads the window its publisher evaluates it at (model/infer/hf/__init__.py)
     max_context: int | None = None
     chat_template: str = "auto"  # open models' edit prompts: auto (none for base checkpoints), none, FILE
+    quantize: str = "none"  # "int8": weight-only int8 on the CPU (model/infer/quant.py)
+    prefix_cache_mb: float | None = None  # reused context keys/values; None: the family's default
     extra: dict = field(default_factory=dict)  # free-form provenance shown by /health
     insecure_no_auth: bool = False  # allow a non-loopback host without api_key (module docstring)
     max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies get 413
@@ -80,6 +82,12 @@ class Settings:
                 raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
         if self.dtype not in ("auto", "fp32", "bf16", "fp16"):
             raise ValueError(f"dtype must be auto, fp32, bf16 or fp16, got {self.dtype!r}")
+        if self.prefix_cache_mb is not None and not self.prefix_cache_mb >= 0:
+            raise ValueError(f"prefix_cache_mb must be at least 0, got {self.prefix_cache_mb!r}")
+        if self.quantize not in ("none", "int8"):
+            raise ValueError(f"quantize must be none or int8, got {self.quantize!r}")
+        if self.quantize == "int8" and self.device != "cpu":
+            raise ValueError("--quantize int8 runs on the CPU only")
         if self.max_context is not None and self.max_context < 1:
             raise ValueError(f"max_context must be at least 1, got {self.max_context}")
         if self.max_body_bytes < 1024:

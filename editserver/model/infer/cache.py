@@ -25,15 +25,19 @@ Design decisions:
   tests/model/test_hf_cache.py). It differs when a block takes several steps: the prefix, suffix and
   other blocks' keys/values then still reflect the block as it was at its first step (masks where
   tokens have since been committed), the approximation Fast-dLLM measured as nearly free.
+- Either cached policy may hold a ``PrefixStore`` (model/infer/prefix.py): ``ContextCache`` then
+  computes a context only from its first difference with a recent one, ``DualCache`` its first
+  refresh only from there (and always the canvas on). A policy with a store is not exact.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
 
+from editserver.model.infer.prefix import KV, PrefixStore
 from editserver.model.infer.transformer import KVCache, Transformer
 
 
@@ -81,14 +85,71 @@ class CachePolicy(Protocol):
         ...
 
 
+def _padded(per_row: list[KV], length: int) -> KV:
+    """Rows' per-layer (k, v) [1, Hkv, L_b, D] stacked into [B, Hkv, length, D], zero-padded."""
+    out = []
+    for layer in range(len(per_row[0])):
+        k0 = per_row[0][layer][0]
+        shape = (len(per_row), k0.shape[1], length, k0.shape[3])
+        k, v = k0.new_zeros(shape), k0.new_zeros(shape)
+        for b, kv in enumerate(per_row):
+            n = kv[layer][0].shape[2]
+            k[b, :, :n], v[b, :, :n] = kv[layer][0][0], kv[layer][1][0]
+        out.append((k, v))
+    return out
+
+
+def _row_kv(kv: KV, b: int, n: int) -> KV:
+    """Row ``b``'s first ``n`` positions of batched per-layer (k, v) [B, Hkv, L, D]."""
+    return [(k[b : b + 1, :, :n], v[b : b + 1, :, :n]) for k, v in kv]
+
+
+def _reused_context(model: Transformer, rows: Rows, store: PrefixStore) -> KVCache:
+    """``encode_context`` of ``rows`` computing only what ``store`` does not hold (model/infer/prefix.py)."""
+    lens = rows.context_lens.tolist()
+    ids = [rows.context[b, : lens[b]] for b in range(len(lens))]
+    found = [store.lookup(x) for x in ids]
+    if not any(found):  # nothing to reuse: one batched pass, as without a store
+        kv = model.encode_context(rows.context, rows.context_lens, rows.canvas_pos)
+        for b, x in enumerate(ids):
+            store.put(x, _row_kv(list(zip(kv.keys, kv.values)), b, lens[b]))
+        return kv
+    per_row = []
+    for b, x in enumerate(ids):
+        r = found[b] if found[b] is not None or b == 0 else store.lookup(x)  # an earlier row's entry
+        if r is None:
+            one = model.encode_context(x[None])
+            kv = list(zip(one.keys, one.values))
+        else:
+            past = r.kv(model.cfg.head_dim, model.cfg.rope_theta)
+            kv = past if r.tokens == len(x) else model.extend_context(x[None, r.tokens :], past)
+        store.put(x, kv)
+        per_row.append(kv)
+    kv = _padded(per_row, rows.context.shape[1])
+    valid = (
+        torch.arange(rows.context.shape[1], device=rows.context.device)[None, :] < rows.context_lens[:, None]
+    )
+    pos = rows.context_lens if rows.canvas_pos is None else rows.canvas_pos
+    return KVCache([k for k, _ in kv], [v for _, v in kv], valid, rows.context_lens, pos)
+
+
 @dataclass(frozen=True)
 class ContextCache:
-    """Context keys/values computed once per request; each step runs only the canvas."""
+    """Context keys/values computed once per request; each step runs only the canvas. With a
+    ``store``, a context computes only what recent requests did not (model/infer/prefix.py)."""
 
     exact: bool = True
+    store: PrefixStore | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.store is not None:  # reused keys/values were computed beside other text
+            object.__setattr__(self, "exact", False)
 
     def prepare(self, model: Transformer, rows: Rows) -> KVCache:
-        kv = model.encode_context(rows.context, rows.context_lens, rows.canvas_pos)
+        if self.store is None:
+            kv = model.encode_context(rows.context, rows.context_lens, rows.canvas_pos)
+        else:
+            kv = _reused_context(model, rows, self.store)
         return replace(kv, canvas_lens=rows.canvas_lens)
 
     def logits(
@@ -231,17 +292,59 @@ class InPlaceNoCache(_InPlace):
         return _read(model, state, h, only, want)
 
 
+def _reused_refresh(model, state: InPlaceState, seq: torch.Tensor, only: slice, store: PrefixStore):
+    """The dual cache's first refresh, hidden states [B, L, dim] and every layer's (k, v)
+    [B, Hkv, L, D], computing only what ``store`` lacks: from the first difference on, and always the
+    canvas (and the position before it when logits are shifted)."""
+    B, L = seq.shape
+    lens = state.valid.sum(dim=1).tolist()
+    limits = (state.start + only.start - int(model.cfg.shift)).clamp_min(0).tolist()
+    ids = [seq[b, : lens[b]] for b in range(B)]
+    found = [store.lookup(x, limits[b]) for b, x in enumerate(ids)]
+    if not any(found):  # nothing to reuse: one batched pass, as without a store
+        h, kv = model.encode(seq, state.valid)
+        for b, x in enumerate(ids):
+            store.put(x, _row_kv(kv, b, lens[b]))
+        return h, kv
+    h = torch.zeros((B, L, model.cfg.dim), dtype=model.embed_tokens.weight.dtype, device=seq.device)
+    per_row = []
+    for b, x in enumerate(ids):
+        r = found[b] if found[b] is not None or b == 0 else store.lookup(x, limits[b])
+        if r is None:
+            hb, kv = model.encode(x[None])
+            h[b, : lens[b]] = hb[0]
+        else:
+            past, t, fresh = r.kv(model.cfg.head_dim, model.cfg.rope_theta), r.tokens, []
+            pos = torch.arange(t, lens[b], device=seq.device)[None, :]  # [1, n]
+            ones = torch.ones((1, lens[b]), dtype=torch.bool, device=seq.device)
+            h[b, t : lens[b]] = model.encode_span(x[None, t:], pos, ones[:, t:], past, ones[:, :t], fresh)[0]
+            kv = [
+                (torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2))
+                for (pk, pv), (k, v) in zip(past, fresh)
+            ]
+        store.put(x, kv)
+        per_row.append(kv)
+    return h, _padded(per_row, L)
+
+
 @dataclass(frozen=True)
 class DualCache(_InPlace):
-    """Fast-dLLM's dual cache for in-place infill: prefix and suffix keys/values reused within a block."""
+    """Fast-dLLM's dual cache for in-place infill: prefix and suffix keys/values reused within a block.
+    With a ``store``, a request's first refresh computes only what recent requests did not
+    (model/infer/prefix.py)."""
 
     exact: bool = False
+    store: PrefixStore | None = field(default=None, compare=False)
 
     @torch.no_grad()
     def logits(self, model, state, canvas, only, draft, want) -> torch.Tensor:
         assert isinstance(state, InPlaceState)
         seq = state.sequence(canvas)  # [B, L]
         block = (only.start, only.stop)
+        if state.kv is None and self.store is not None:  # a request's first refresh
+            h, state.kv = _reused_refresh(model, state, seq, only, self.store)
+            state.block = block
+            return _read(model, state, h, only, want)
         if state.kv is None or state.block != block:  # a new block: refresh every key/value
             h, state.kv = model.encode(seq, state.valid)
             state.block = block

@@ -34,6 +34,9 @@ Design decisions:
   it can change the returned text, so the row ends there (the sampler's ``done`` hook). The text is
   the same as decoding the whole canvas and cutting afterwards; the steps are fewer (the LSP's
   mid-line completions stop at the first newline).
+- Context reuse across requests (``prefix_cache_mb``, model/infer/prefix.py) hands the family's cache
+  policy a store of recent contexts' keys/values; weight-only int8 (``Engine.load(quantize="int8")``,
+  model/infer/quant.py) changes the weights, not the engine.
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
   masked); ``complete`` is the batch of one.
 - A single-line FIM request (its stops include "\n") is also decoded on the checkpoint's
@@ -74,12 +77,14 @@ from pathlib import Path
 
 import torch
 
+from editserver.model.infer import quant
 from editserver.model.infer.cache import Rows
 from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
 from editserver.model.infer.draft import draft_region, step_drafts
 from editserver.model.infer.ensemble import done_hook
 from editserver.model.infer.layout import InPlaceLayout, layout_for
 from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
+from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
 from editserver.model.infer.sampler import Hooks, SampleResult, Tokens, denoise
 from editserver.model.infer.scoring import aggregate, layout_only
 from editserver.model.infer.transformer import ContextTooLongError
@@ -158,6 +163,7 @@ class Engine:
         device: str = "cpu",
         cache: str = "default",
         max_context: int | None = None,
+        prefix_cache_mb: float | None = None,
     ):
         if cache not in ("default", "exact"):
             raise ValueError(f"cache must be default or exact, got {cache!r}")
@@ -169,6 +175,21 @@ class Engine:
         self.context_length = min(self.model.cfg.max_seq_len, max_context or self.model.cfg.max_seq_len)
         self.layout = layout_for(checkpoint)
         self.cache = self.layout.exact_cache if cache == "exact" else self.layout.cache
+        self.prefix: PrefixStore | None = None
+        if cache == "default":
+            self.use_prefix_cache(prefix_cache_mb)
+
+    def use_prefix_cache(self, mb: float | None) -> None:
+        """Keep up to ``mb`` MiB of recent contexts' keys/values for later requests to reuse
+        (model/infer/prefix.py); 0 turns reuse off, None takes the family's default
+        (``prefix.DEFAULT_MB``). Reused keys/values are approximate for these bidirectional models,
+        so each default follows ``editserver bench keystrokes`` (docs/experiments.md)."""
+        if mb is None:
+            mb = DEFAULT_MB.get(self.family, DEFAULT_MB["open"])
+        if mb < 0:
+            raise ValueError(f"prefix cache size must be at least 0 MiB, got {mb}")
+        self.prefix = PrefixStore(int(mb * 2**20)) if mb > 0 else None
+        self.cache = dataclasses.replace(self.cache, store=self.prefix)
 
     @classmethod
     def load(
@@ -178,10 +199,14 @@ class Engine:
         dtype: torch.dtype | str = torch.float32,
         max_context: int | None = None,
         chat_template: str = "auto",
+        prefix_cache_mb: float | None = None,
+        quantize: str = "none",
     ) -> Engine:
+        """``quantize="int8"``: weight-only int8 on the CPU (model/infer/quant.py)."""
         kw = {} if max_context is None else {"max_context": max_context}
         ck = load_checkpoint(path, device=device, dtype=dtype, chat_template=chat_template, **kw)
-        return cls(ck, device, max_context=max_context)
+        quant.quantize(ck.model, quantize)
+        return cls(ck, device, max_context=max_context, prefix_cache_mb=prefix_cache_mb)
 
     @property
     def family(self) -> str:

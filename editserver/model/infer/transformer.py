@@ -198,9 +198,9 @@ class Transformer(nn.Module):
     def logits(self, h: torch.Tensor, draft: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [..., V] of hidden states h [..., dim]; with ``draft`` [...] (-1 = none), each draft
         token's logit gets the copy gate's bonus."""
-        w = self.embed.weight if self.lm_head is None else self.lm_head.weight
         normed = self.norm(h)
-        out = F.linear(normed, w)
+        # a module call: an int8 head (model/infer/quant.py) stays int8
+        out = F.linear(normed, self.embed.weight) if self.lm_head is None else self.lm_head(normed)
         if draft is None or self.copy_gate is None:
             return out
         has = (draft >= 0)[..., None]  # [..., 1]
@@ -280,6 +280,25 @@ class Transformer(nn.Module):
             keys.append(k)
             values.append(v)
         return KVCache(keys, values, valid, lengths, lengths if canvas_pos is None else canvas_pos)
+
+    @torch.no_grad()
+    def extend_context(
+        self, ids: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Keys/values of one row's context tokens ids [1, n] placed after ``past`` (per layer (k, v)
+        [1, Hkv, Lp, D], rotary positions 0..Lp-1): each layer's [1, Hkv, Lp + n, D]. The new tokens
+        attend to the past keys and to each other, as context tokens do (module docstring); the past
+        is not recomputed (model/infer/prefix.py)."""
+        B, n = ids.shape
+        Lp = past[0][0].shape[2]
+        self._check_len(Lp + n)
+        pos = torch.arange(Lp, Lp + n, device=ids.device).expand(B, n)
+        cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
+        x, out = self.embed(ids), []
+        for layer, (pk, pv) in zip(self.layers, past):
+            x, k, v = layer(x, cos, sin, None, past=(pk, pv))
+            out.append((torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)))
+        return out
 
     @torch.no_grad()
     def forward_canvas(

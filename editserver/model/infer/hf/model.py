@@ -104,8 +104,9 @@ class OpenModel(nn.Module):
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Logits [..., V] of hidden states [..., dim] (final norm, then the head)."""
-        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(self.norm(h), w)
+        if self.lm_head is not None:  # a module call: an int8 head (model/infer/quant.py) stays int8
+            return self.lm_head(self.norm(h))
+        return F.linear(self.norm(h), self.embed_tokens.weight)
 
     def _check_len(self, total: int) -> None:
         if self.cfg.max_seq_len and total > self.cfg.max_seq_len:
@@ -141,13 +142,18 @@ class OpenModel(nn.Module):
         fresh: torch.Tensor,  # [B, n] bool: span keys that exist (False: past a row's end)
         kv: list[tuple[torch.Tensor, torch.Tensor]],  # cached [B, Hkv, L, D] per layer
         cached: torch.Tensor,  # [B, L] bool: cached keys to attend (the span's own are recomputed)
+        keep: list | None = None,  # given: each layer's fresh (k, v) [B, Hkv, n, D] is appended to it
     ) -> torch.Tensor:
         """Hidden states [B, n, dim] of a span attending to the cached keys plus its own fresh ones."""
         cos, sin = self._tables(pos)
-        mask = torch.cat([cached, fresh], dim=1)[:, None, None, :]  # [B, 1, 1, L + n]
+        mask = (
+            None if bool(cached.all() & fresh.all()) else torch.cat([cached, fresh], dim=1)[:, None, None, :]
+        )
         x = self.embed_tokens(ids)
         for layer, past in zip(self.layers, kv):
-            x, _, _ = layer(x, cos, sin, mask, past)
+            x, k, v = layer(x, cos, sin, mask, past)
+            if keep is not None:
+                keep.append((k, v))
         return x
 
     def forward(self, ids: torch.Tensor, seq_lens: torch.Tensor | None = None) -> torch.Tensor:

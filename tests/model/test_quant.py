@@ -1,0 +1,65 @@
+"""Weight-only int8 (model/infer/quant.py): logits close to the unquantized model's on the open
+fixtures, our own transformer and the shipped checkpoint; answers through the engine; refusals."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from editserver.model.infer.checkpoint import load_checkpoint
+from editserver.model.infer.engine import Engine, FimRequest
+from editserver.model.infer.quant import Int8Linear, quantize
+from tests.hf_models import make_dream, make_llada
+
+
+def divergence(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """(mean KL(softmax a || softmax b) in nats, share of positions whose argmax agrees); logits [N, V]."""
+    a, b = a.detach().float(), b.detach().float()
+    la, lb = a.log_softmax(-1), b.log_softmax(-1)
+    kl = (la.exp() * (la - lb)).sum(-1).mean()
+    return float(kl), float((a.argmax(-1) == b.argmax(-1)).float().mean())
+
+
+def test_int8_linear_matches_dequantized_weights():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(96, 40, bias=True)
+    q = Int8Linear(lin)
+    x = torch.randn(3, 5, 96)
+    ref = torch.nn.functional.linear(x, q.weight, q.bias)  # what the int8 weights mean
+    assert torch.allclose(q(x), ref, rtol=0.02, atol=0.02)  # bf16 products (quant.py)
+    assert torch.allclose(q(x), lin(x), rtol=0.05, atol=0.02)  # and they are near the originals
+    # half a step of rounding, plus the bf16 scale's own rounding (at most half a step more)
+    assert (q.weight - lin.weight).abs().max() <= lin.weight.abs().amax(1).max() / 127 + 1e-6
+
+
+@pytest.mark.parametrize("family", ["dream", "llada"])
+def test_open_family_logits_stay_close(family, tmp_path):
+    make = make_dream if family == "dream" else make_llada
+    d, _ = make(tmp_path / "m")
+    model = load_checkpoint(d).model
+    q = quantize(copy.deepcopy(model), "int8")
+    assert any(isinstance(m, Int8Linear) for m in q.modules())
+    ids = torch.randint(0, model.cfg.vocab_size - 8, (2, 40), generator=torch.Generator().manual_seed(1))
+    kl, agree = divergence(model(ids).flatten(0, 1), q(ids).flatten(0, 1))
+    assert kl < 0.01 and agree > 0.95
+
+
+def test_own_model_logits_stay_close(shipped_checkpoint):
+    ck = load_checkpoint(shipped_checkpoint)
+    q = quantize(copy.deepcopy(ck.model), "int8")
+    ids = torch.tensor([ck.tokenizer.encode("import os\n\ndef list_names(path):\n    return sorted(os.")])
+    kl, agree = divergence(ck.model(ids)[0], q(ids)[0])
+    assert kl < 0.02 and agree > 0.9
+
+
+def test_engine_serves_an_int8_model(tiny_checkpoint):
+    plain, q = Engine.load(tiny_checkpoint), Engine.load(tiny_checkpoint, quantize="int8")
+    req = FimRequest("def add(a, b):\n    return ", "\n", max_tokens=6)
+    assert isinstance(q.complete(req).text, str) and plain.complete(req).steps > 0
+
+
+def test_unknown_quantization_is_refused(tiny_checkpoint):
+    with pytest.raises(ValueError, match="quantize must be one of"):
+        Engine.load(tiny_checkpoint, quantize="int4")
