@@ -26,6 +26,7 @@ from pygls.uris import from_fs_path, to_fs_path
 
 from editserver.lsp.context import ParsedDocument, Region, grammar_name, regions_at
 from editserver.lsp.documents import Document
+from editserver.lsp.privacy import match
 from editserver.lsp.symbols import _uses, extract
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ def plan_other_files(ls: EditLanguageServer, doc: Document, names: set[str]) -> 
     for p, (distance, keys) in sorted(found.items(), key=lambda kv: (kv[1][0], kv[0])):
         if budget <= 0 or len(out) >= s.cross_file_max_files:
             break
+        if match(p, s.excluded_patterns):
+            continue  # excludeFiles: never read into a prompt, even as another file's use
         got = _read(ls, p)
         grammar = grammar_name("", p)
         if got is None or grammar is None:

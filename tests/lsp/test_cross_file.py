@@ -106,6 +106,16 @@ async def test_rename_asks_every_importing_file_and_no_other(tiny_server, base_o
         assert json.loads(Path(state["cache"]).read_text())["version"] == 1
 
 
+async def test_excluded_files_are_never_asked_about(tiny_server, base_options, workspace):
+    """excludeFiles holds for other files too: an importer that matches is never read into a prompt."""
+    options = {**base_options, "crossFile": True, "excludeFiles": ["cart.py"]}
+    async with lsp_session(tiny_server, options, root_uri=workspace.as_uri()) as s:
+        await s.request("editserver/indexState", {"wait": True})
+        res = await rename(s, workspace, PRICING, 3, "compute", "compute_total", "python")
+        got = asked(res, workspace)
+        assert "app/cart.py" not in got and set(got) == set(USES) - {"app/cart.py"}, got
+
+
 async def test_index_follows_files_changed_on_disk(tiny_server, base_options, workspace):
     options = {**base_options, "crossFile": True}
     async with lsp_session(tiny_server, options, root_uri=workspace.as_uri()) as s:
