@@ -6,7 +6,10 @@ Design decisions:
   ``host_header`` -> ``header_host`` is one replaced word, never ``h`` + ``ost_header``, in every
   client (they draw the edits they get).
 - Regions are whole lines (the prompt's ``<|code_to_edit|>`` is line-based); the prompt carries
-  ``context_lines`` of the file above and below.
+  ``context_lines`` of the file above and below, bounded in characters as well (``CONTEXT_CHARS``
+  each side, the part nearest the region kept): a file of very long lines would otherwise send a
+  prompt far past any model's window and past the server's body limit. A region longer than
+  ``REGION_CHARS`` is not asked about at all: its rewrite could not fit an answer either.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from editserver.lsp.documents import Document
 from editserver.protocol.prompt import EditPrompt, Snippet, build_prompt
 
 _WORD = re.compile(r"\w")
+CONTEXT_CHARS = 6000  # of the file above and below the region, each
+REGION_CHARS = 6000  # longest region asked about
 
 
 @dataclass
@@ -56,14 +61,37 @@ def build_region_prompt(
     region_text = doc.text[start:end]
     p = EditPrompt(
         file_path=path,
-        above=doc.text[above_start:start],
+        above=_tail(doc.text[above_start:start], CONTEXT_CHARS),
         region=region_text,
         cursor=max(0, min(cursor - start, len(region_text))),
-        below=doc.text[end:below_end],
+        below=_head(doc.text[end:below_end], CONTEXT_CHARS),
         snippets=snippets,
         history=history,
     )
     return build_prompt(p), start, region_text
+
+
+def region_too_long(doc: Document, region: Region) -> bool:
+    start, end = region_offsets(doc, region)
+    return end - start > REGION_CHARS
+
+
+def _tail(text: str, limit: int) -> str:
+    """The last ``limit`` characters, from a line start where one falls inside them."""
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    nl = cut.find("\n")
+    return cut[nl + 1 :] if 0 <= nl < len(cut) - 1 else cut
+
+
+def _head(text: str, limit: int) -> str:
+    """The first ``limit`` characters, to a line end where one falls inside them."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    nl = cut.rfind("\n")
+    return cut[: nl + 1] if nl > 0 else cut
 
 
 def _splits_word(a: str, i: int, b: str, j: int) -> bool:

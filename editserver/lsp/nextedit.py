@@ -54,7 +54,14 @@ from editserver.lsp.context import (
 )
 from editserver.lsp.crossfile import first_use, followed_names, plan_other_files
 from editserver.lsp.documents import Document
-from editserver.lsp.edits import RangeEdit, _normalise, build_region_prompt, minimal_edits, region_offsets
+from editserver.lsp.edits import (
+    RangeEdit,
+    _normalise,
+    build_region_prompt,
+    minimal_edits,
+    region_offsets,
+    region_too_long,
+)
 from editserver.lsp.history import propagation
 from editserver.protocol.prompt import CURSOR, Snippet
 
@@ -310,6 +317,8 @@ def _other_files(ls: EditLanguageServer, doc: Document, removed: set[str], added
 
 # ---- ask -----------------------------------------------------------------------------------------
 async def _ask_one(client: ModelClient, ask: Ask, history: str, timeout_s: float) -> RegionResult | None:
+    if region_too_long(ask.doc, ask.region):
+        return None  # no answer could hold its rewrite (edits.REGION_CHARS)
     prompt, start, original = build_region_prompt(
         ask.doc, ask.path, ask.region, ask.at, ask.snippets, history, ask.context_lines
     )

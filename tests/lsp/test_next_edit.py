@@ -239,3 +239,22 @@ async def test_a_new_edit_cancels_the_inflight_next_edit(tiny_server, base_optio
         s.replace(URI, (1, 0), (1, 0), "#")
         res = await pending
         assert res["edits"] == [] and res["skipped"] == "superseded by a newer edit"
+
+
+def test_prompts_stay_bounded_on_very_long_lines():
+    """A file of 20,000-character lines: the context is cut to CONTEXT_CHARS each side (whole lines
+    where they fit), and a region too long for any answer is not asked about."""
+    from editserver.lsp.edits import CONTEXT_CHARS, build_region_prompt, region_too_long
+
+    long = "x = '" + "a" * 20_000 + "'\n"
+    text = long * 6 + "def f():\n    return 1\n" + long * 6
+    doc = Document("file:///long.py", text, 1, "python")
+    region = Region(6, 7)
+    prompt, start, original = build_region_prompt(doc, "long.py", region, text.index("return"), [], "", 8)
+    assert original == "def f():\n    return 1\n"
+    assert len(prompt) < 2 * CONTEXT_CHARS + 1000, len(prompt)
+    assert not region_too_long(doc, region) and region_too_long(doc, Region(0, 2))
+    short = "a = 1\n" * 40 + "def f():\n    return 1\n" + "b = 2\n" * 40
+    doc2 = Document("file:///short.py", short, 1, "python")
+    full, _, _ = build_region_prompt(doc2, "short.py", Region(40, 41), short.index("return"), [], "", 8)
+    assert "a = 1\n" * 8 in full and "b = 2\n" * 8 in full  # short lines: the context lines, uncut
