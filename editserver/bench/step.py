@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     floors = {q: 1000 * weight_bytes(m) / bw for q, m in models.items()}
     out: dict = {"shape": args.shape, "device": device, "dtype": str(dtype), "rows": {}}
     out["bandwidth_gb_s"] = round(bw / 1e9, 2)
-    out["floor_ms"] = {q: round(f, 2) for q, f in floors.items()}
+    out["floor_ms"] = {q: round(f, 6) for q, f in floors.items()}  # tiny shapes read microseconds
     print(f"bandwidth {bw / 1e9:.1f} GB/s; floor (weight bytes / bandwidth): "
           + ", ".join(f"{q} {f:.1f} ms" for q, f in floors.items()))  # fmt: skip
     from editserver.model.infer.prefix import PrefixStore
