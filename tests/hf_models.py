@@ -239,7 +239,7 @@ PUBLISHED = {
     "Dream-Coder-v0-Instruct-7B": dict(
         kind="dream", added=DREAM_ADDED, pad="<|endoftext|>", template="config"
     ),
-    "DiffuCoder-7B-Base": dict(kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="config"),
+    "DiffuCoder-7B-Base": dict(kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="jinja"),
     "DiffuCoder-7B-Instruct": dict(kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="jinja"),
     "Open-dCoder-0.5B": dict(
         kind="open-dcoder", added=OPEN_DCODER_ADDED, pad="<|endoftext|>", template="config"
