@@ -35,7 +35,7 @@ def start(nvim_factory, server_url: str, tmp_path, **opts) -> tuple[Nvim, Teleme
         "server_url": server_url,
         "autostart": False,
         "debounce_ms": 30,
-        "telemetry": {"path": str(tel)},
+        "telemetry": {"path": str(tel), "keep_prompts": True},  # these tests read the accepted text
         "log_file": str(tmp_path / f"lsp-{id(n)}.log"),
         **opts,
     }
