@@ -207,8 +207,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
-    from editserver.model.infer.engine import Engine
-    from editserver.server.app import create_app
+    from editserver.server.app import create_app, load_engine
 
     if settings.threads > 0:
         torch.set_num_threads(settings.threads)
@@ -238,15 +237,7 @@ def run(args: argparse.Namespace) -> int:
 
     def build():  # on the replica's loading thread, while /health answers 503
         t0 = time.perf_counter()
-        engine = Engine.load(
-            settings.model,
-            settings.device,
-            settings.dtype,
-            settings.max_context,
-            chat_template=settings.chat_template,
-            prefix_cache_mb=settings.prefix_cache_mb,
-            quantize=settings.quantize,
-        )
+        engine = load_engine(settings)
         print(
             f"editserver serve: {engine.family} model, {engine.num_parameters:,} parameters, {engine.dtype}, "
             f"{settings.device}, context {engine.context_length}, loaded in {time.perf_counter() - t0:.1f}s",

@@ -66,18 +66,23 @@ def _with_overrides(engine: Engine, settings: Settings) -> None:
         engine.inference = dataclasses.replace(engine.inference, **overrides)
 
 
+def load_engine(settings: Settings) -> Engine:
+    """The model as the settings ask for it: the one place serving options reach ``Engine.load``."""
+    return Engine.load(
+        settings.model,
+        settings.device,
+        settings.dtype,
+        settings.max_context,
+        chat_template=settings.chat_template,
+        prefix_cache_mb=settings.prefix_cache_mb,
+        quantize=settings.quantize,
+    )
+
+
 def create_app(settings: Settings, engine: Engine | None = None, metrics: Metrics | None = None) -> FastAPI:
     """The API; ``metrics``: a registry made before the model loaded (replica.py), else a new one."""
     if engine is None:
-        engine = Engine.load(
-            settings.model,
-            settings.device,
-            settings.dtype,
-            settings.max_context,
-            chat_template=settings.chat_template,
-            prefix_cache_mb=settings.prefix_cache_mb,
-            quantize=settings.quantize,
-        )
+        engine = load_engine(settings)
     _with_overrides(engine, settings)
     metrics = metrics if metrics is not None else Metrics()
     metrics.ready.set(1)  # the model is loaded (replica.py shows 0 before, and while draining)
