@@ -34,11 +34,12 @@ from pathlib import Path
 import pathspec
 
 from editserver.lsp.context import grammar_name
+from editserver.lsp.packages import go_package
 from editserver.lsp.symbols import extract, resolve
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: Go and Rust imports recorded
 SKIP_DIRS = {"node_modules", "__pycache__"}
 
 
@@ -255,9 +256,14 @@ class WorkspaceIndex:
         """imported file -> [(importing file, [spec, member, local] with member resolved)]."""
         if self._reverse is None:
             rev: dict[str, list[tuple[str, list]]] = {}
+            packages = {go_package(p) for p, rec in self.files.items() if rec["grammar"] == "go"}
+
+            def exists(p: str) -> bool:  # an indexed file, or a directory of Go files ("dir/")
+                return p in self.files or p in packages
+
             for p, rec in self.files.items():
                 for spec, name, local in rec["imports"]:
-                    hit = resolve(p, spec, name, rec["grammar"], self.roots, self.files.__contains__)
+                    hit = resolve(p, spec, name, rec["grammar"], self.roots, exists)
                     if hit is not None and hit[0] != p:
                         rev.setdefault(hit[0], []).append((p, [spec, hit[1], local]))
             self._reverse = rev
@@ -269,6 +275,9 @@ class WorkspaceIndex:
         out: list[Importer] = []
         seen = {path}
         frontier = [(path, name)]
+        if path.endswith(".go"):  # a Go package is its directory: its files, and who imports it
+            out, frontier = self._same_package(path, name), [(path, name), (go_package(path), name)]
+            seen |= {i.path for i in out}
         distance = 0
         while frontier and len(out) < limit:
             distance += 1
@@ -290,6 +299,15 @@ class WorkspaceIndex:
                         out.append(Importer(p, key, distance))
             frontier = nxt
         return out[:limit]
+
+    def _same_package(self, path: str, name: str) -> list[Importer]:
+        """Other Go files of ``path``'s directory that use ``name``: one package names it unqualified."""
+        pkg = go_package(path)
+        return [
+            Importer(p, name, 1)
+            for p, rec in sorted(self.files.items())
+            if p != path and p.endswith(".go") and go_package(p) == pkg and rec["uses"].get(name)
+        ]
 
 
 def _worker() -> None:

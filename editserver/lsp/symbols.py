@@ -9,8 +9,8 @@ Design decisions:
 - Imports: ``(spec, name, local)`` where ``spec`` is the module as written (``.pkg.mod``,
   ``./x``), ``name`` the imported member (None for the whole module: ``import m``, ``import * as
   ns``) and ``local`` the name it is bound to in this file. Python (absolute and relative) and
-  TypeScript/JavaScript (relative specifiers) resolve to files (``resolve``); Go and Rust
-  imports are recorded but not resolved, so their files are never cross-file candidates.
+  TypeScript/JavaScript (relative specifiers) resolve to files (``resolve``); Go packages and Rust
+  modules resolve as lsp/packages.py says.
 - Uses: every identifier node, as ``{name: [[row, byte column], ...]}``; a member access on a
   plain name (``ns.f``, ``mod.f``) is also recorded under ``"ns.f"`` at the member, which is how
   a module imported whole is followed.
@@ -23,6 +23,7 @@ import posixpath
 import tree_sitter as ts
 
 from editserver.lsp.context import IDENTIFIER_TYPES, load_language
+from editserver.lsp.packages import imports_go, imports_rust, resolve_go, resolve_rust
 
 _TOP_PY = {"function_definition", "class_definition"}
 _TOP_TS = {
@@ -44,7 +45,7 @@ _TOP_RS = {
     "const_item",
     "static_item",
 }
-_MEMBER = {"attribute", "member_expression", "field_expression", "selector_expression"}
+_MEMBER = {"attribute", "member_expression", "field_expression", "selector_expression", "scoped_identifier"}
 TS_EXTS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".mts")
 
 
@@ -180,6 +181,7 @@ def _uses(root: ts.Node) -> dict[str, list[list[int]]]:
                     parent.child_by_field_name("object")
                     or parent.child_by_field_name("value")
                     or parent.child_by_field_name("operand")
+                    or parent.child_by_field_name("path")  # Rust's ``util::helper``
                 )
                 if obj is not None and obj.id != node.id and obj.type == "identifier":
                     uses.setdefault(f"{_text(obj)}.{_text(node)}", []).append(at)
@@ -197,8 +199,10 @@ def extract(grammar: str, text: str) -> dict:
         defs, imports = _defs_python(root), _imports_python(root)
     elif grammar in ("javascript", "typescript", "tsx"):
         defs, imports = _defs_ts(root), _imports_ts(root)
+    elif grammar == "go":
+        defs, imports = _defs_generic(root, _TOP_GO), imports_go(root)
     else:
-        defs, imports = _defs_generic(root, _TOP_GO if grammar == "go" else _TOP_RS), []
+        defs, imports = _defs_generic(root, _TOP_RS), imports_rust(root)
     return {"defs": defs, "imports": imports, "uses": _uses(root)}
 
 
@@ -208,9 +212,15 @@ def resolve(
     """(file the import names, member imported from it) or None when it is not in the workspace.
 
     ``from pkg import mod`` names a submodule when ``pkg/mod.py`` exists: then the whole module
-    (member None) is imported. ``exists(path)`` says whether a path is an indexed file."""
+    (member None) is imported. ``exists(path)`` says whether a path is an indexed file (for Go, a
+    directory with a trailing slash: whether it holds an indexed file)."""
     if grammar == "python":
         return _resolve_python(path, spec, name, roots, exists)
+    if grammar == "go":
+        pkg = resolve_go(path, spec, roots, exists)
+        return None if pkg is None else (pkg, None)
+    if grammar == "rust":
+        return None if name is None else resolve_rust(path, spec, name, exists)
     if grammar in ("javascript", "typescript", "tsx") and spec.startswith("."):
         base = posixpath.normpath(posixpath.join(posixpath.dirname(path), spec))
         for cand in [base] + [base + e for e in TS_EXTS] + [f"{base}/index{e}" for e in TS_EXTS]:

@@ -18,7 +18,7 @@ import pytest
 from lsprotocol import types
 
 from editserver.bench.index import NOT_USES, PRICING, TS_NOT_USES, USES, write_packages
-from editserver.lsp.index import WorkspaceIndex
+from editserver.lsp.index import CACHE_VERSION, WorkspaceIndex
 from editserver.lsp.nextedit import minimal_edits
 from tests.lsp.conftest import lsp_session
 
@@ -103,7 +103,7 @@ async def test_rename_asks_every_importing_file_and_no_other(tiny_server, base_o
     async with lsp_session(tiny_server, options, root_uri=workspace.as_uri()) as s:
         state = await s.request("editserver/indexState", {"wait": True})
         assert state["stats"]["parsed"] == 0 and state["stats"]["fromCache"] == 12
-        assert json.loads(Path(state["cache"]).read_text())["version"] == 1
+        assert json.loads(Path(state["cache"]).read_text())["version"] == CACHE_VERSION
 
 
 async def test_excluded_files_are_never_asked_about(tiny_server, base_options, workspace):
