@@ -66,9 +66,9 @@ def missing() -> str | None:
     except ImportError:
         return "the playwright package is not installed (pip install -e '.[test]')"
     if chromium() is None:
-        return "chromium is not installed (apt-get install chromium; .ci/run does it)"
+        return "chromium is not installed (run .ci/install-vscode-tools)"
     if not NODE.is_file() or not ENTRY.is_file():
-        return f"code-server and node 24 are not installed in {TOOLS} (.ci/run installs them)"
+        return f"code-server and node 24 are not installed in {TOOLS} (run .ci/install-vscode-tools)"
     if shutil.which("npm") is None:
         return "npm is not installed: the extension cannot be packaged"
     return None

@@ -46,10 +46,11 @@ describe(2, 3)
 
 
 @pytest.fixture(scope="module")
-def vsix(vscode_ext, tmp_path_factory) -> Path:
+def vsix(request, tmp_path_factory) -> Path:
     why = missing()
     if why:
         pytest.skip(f"no real VS Code here: {why}")
+    vscode_ext = request.getfixturevalue("vscode_ext")  # only now: npm ci is most of the setup
     run(["npm", "run", "compile", "--silent"], vscode_ext, timeout=300)
     out = tmp_path_factory.mktemp("vsix") / "editserver.vsix"
     package = ["npx", "--no-install", "vsce", "package", "--no-dependencies", "--skip-license"]
