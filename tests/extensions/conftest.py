@@ -16,6 +16,7 @@ Design decisions:
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -30,6 +31,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "extensions" / "nvim"
+SOURCE = REPO / "extensions" / "vscode"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -64,6 +66,46 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: fl
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+COPY = [
+    "package.json",
+    "package-lock.json",
+    "tsconfig.json",
+    "README.md",
+    ".vscodeignore",
+    "src",
+    "test",
+    "media",
+]
+
+
+def run(cmd: list[str], cwd: Path, timeout: float, **env: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=quiet_env(**env), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
+    )
+    return proc
+
+
+@pytest.fixture(scope="session")
+def vscode_ext(tmp_path_factory) -> Path:
+    """A private copy of extensions/vscode with its dependencies installed (one per test run: the
+    node tests, the .vsix packaging and the real-editor tests share it)."""
+    if shutil.which("npm") is None or shutil.which("node") is None:
+        pytest.skip("npm/node are not installed: the VS Code extension cannot be built here")
+    work = tmp_path_factory.mktemp("vscode") / "vscode"
+    work.mkdir()
+    for name in COPY:
+        src = SOURCE / name
+        if src.is_dir():
+            shutil.copytree(src, work / name)
+        else:
+            shutil.copy2(src, work / name)
+    run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], work, timeout=300)
+    return work
 
 
 class HttpServer:

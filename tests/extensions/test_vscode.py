@@ -1,14 +1,13 @@
 """The VS Code extension: strict compile, its node tests (pure logic + a real ``editserver lsp``
 spoken to over stdio with vscode-jsonrpc, as the extension does) and packaging into a .vsix.
 
-No VS Code binary can be downloaded here, so the editor half is covered by strict type checking
-and by keeping every decision in modules that do not import ``vscode`` (extensions/vscode/src/logic).
+The extension in a real VS Code (code-server in chromium) is tests/extensions/test_vscode_editor.py.
 
 Design decisions:
 - The extension's sources are copied to a temporary directory and ``npm ci`` runs there from the
-  committed package-lock.json, so concurrent test runs never share (or delete) a node_modules and
-  the checkout gets no build output. npm's cache makes repeated installs quick. Skipped, with the
-  reason, only when npm is absent.
+  committed package-lock.json (the ``vscode_ext`` fixture in conftest.py), so concurrent test runs
+  never share (or delete) a node_modules and the checkout gets no build output. npm's cache makes
+  repeated installs quick. Skipped, with the reason, only when npm is absent.
 - The node integration tests get a real ``editserver serve`` (tiny model), the tiny checkpoint for
   the language server's own server (the Show log test), and the venv's
   ``editserver`` (first on PATH); they write the suggestion ids they used to a JSON file and this test checks that
@@ -18,60 +17,19 @@ Design decisions:
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
+import re
 import zipfile
 from pathlib import Path
 
-import pytest
-
-from tests.extensions.conftest import REPO, Telemetry, quiet_env
-
-SOURCE = REPO / "extensions" / "vscode"
-COPY = [
-    "package.json",
-    "package-lock.json",
-    "tsconfig.json",
-    "README.md",
-    ".vscodeignore",
-    "src",
-    "test",
-    "media",
-]
+from editserver.lsp.privacy import DEFAULT_EXCLUDES
+from tests.extensions.conftest import SOURCE, Telemetry, run
 
 
-def run(cmd: list[str], cwd: Path, timeout: float, **env: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=quiet_env(**env), capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert proc.returncode == 0, (
-        f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
-    )
-    return proc
-
-
-@pytest.fixture(scope="module")
-def ext(tmp_path_factory) -> Path:
-    """A private copy of extensions/vscode with its dependencies installed."""
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip("npm/node are not installed: the VS Code extension cannot be built here")
-    work = tmp_path_factory.mktemp("vscode") / "vscode"
-    work.mkdir()
-    for name in COPY:
-        src = SOURCE / name
-        if src.is_dir():
-            shutil.copytree(src, work / name)
-        else:
-            shutil.copy2(src, work / name)
-    run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], work, timeout=300)
-    return work
-
-
-def test_node_tests_against_real_language_server(ext, tiny_server, tiny_checkpoint, tmp_path):
+def test_node_tests_against_real_language_server(vscode_ext, tiny_server, tiny_checkpoint, tmp_path):
     result_file = tmp_path / "result.json"
     proc = run(
         ["npm", "test", "--silent"],
-        ext,
+        vscode_ext,
         timeout=300,
         EDITSERVER_SERVER_URL=tiny_server.url,
         EDITSERVER_RESULT_FILE=str(result_file),
@@ -82,7 +40,7 @@ def test_node_tests_against_real_language_server(ext, tiny_server, tiny_checkpoi
     assert "initialize: the server offers inline completions" in out
     assert "Show log: the language server's own model server log" in out
     for name in ("acceptSpan", "ghost", "preview", "log"):  # the pure-logic suites ran
-        assert (ext / "out" / "test" / f"{name}.test.js").is_file(), name
+        assert (vscode_ext / "out" / "test" / f"{name}.test.js").is_file(), name
 
     used = json.loads(result_file.read_text())
     tel = Telemetry(Path(used["telemetryPath"]))
@@ -100,12 +58,12 @@ def test_node_tests_against_real_language_server(ext, tiny_server, tiny_checkpoi
     assert [e[1] for e in events] == ["show", "reject"]
 
 
-def test_strict_compile_and_package_vsix(ext, tmp_path):
-    run(["npm", "run", "compile", "--silent"], ext, timeout=300)
+def test_strict_compile_and_package_vsix(vscode_ext, tmp_path):
+    run(["npm", "run", "compile", "--silent"], vscode_ext, timeout=300)
     vsix = tmp_path / "editserver.vsix"
     run(
         ["npx", "--no-install", "vsce", "package", "--no-dependencies", "--skip-license", "--out", str(vsix)],
-        ext,
+        vscode_ext,
         timeout=300,
     )
     with zipfile.ZipFile(vsix) as z:
@@ -116,6 +74,15 @@ def test_strict_compile_and_package_vsix(ext, tmp_path):
     assert not any("node_modules" in n or n.endswith(".ts") for n in names)
     assert manifest["main"] == "./dist/extension.js"
     # The bundle carries vscode-languageclient (vsix has no node_modules) and leaves `vscode` external.
-    bundle = (ext / "dist" / "extension.js").read_text()
+    bundle = (vscode_ext / "dist" / "extension.js").read_text()
     assert "registerInlineCompletionItemProvider" in bundle
     assert 'require("vscode")' in bundle
+
+
+def test_extension_matches_excluded_files_with_the_server_defaults():
+    """The status bar names the pattern for files no client attaches to (logic/privacy.ts), so the
+    extension's default list must be the server's (editserver/lsp/privacy.py)."""
+    source = (SOURCE / "src" / "logic" / "privacy.ts").read_text()
+    listed = re.search(r"export const DEFAULT_EXCLUDES = (\[.*?\]);", source, re.S)
+    assert listed is not None
+    assert json.loads(listed.group(1)) == list(DEFAULT_EXCLUDES)

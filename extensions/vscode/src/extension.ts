@@ -17,6 +17,8 @@
  *   contradicting key; after a full accept that completes the line, the automatic re-request gets
  *   nothing until the user types again or asks explicitly. Full accepts are seen through the
  *   executeCommand middleware (VS Code runs the item's `editserver.inlineAccepted` command).
+ * - A file that excludeFiles keeps out says so in the status bar even when no client attaches to it
+ *   (a `.env` is in none of `editserver.languages`), matched here with the server's rules.
  * - The status bar's withheld count ages out on the server; while it is non-zero it is refreshed
  *   from `editserver/info` every WITHHELD_POLL_MS.
  * - The executable is resolved before starting so a missing binary is one clear message, not a
@@ -33,6 +35,7 @@ import {
 import { resolveExecutable } from "./logic/executable";
 import { GhostGate, ghostPartial, ghostRemainder, liveItems } from "./logic/ghost";
 import { chooseLog, logView } from "./logic/log";
+import { effectiveExcludes, excludedBy } from "./logic/privacy";
 import {
   DID_ACCEPT_METHOD,
   DID_REJECT_METHOD,
@@ -172,10 +175,19 @@ class Extension implements vscode.Disposable {
   }
 
   private renderStatus(): void {
-    const view = renderStatus(this.status, vscode.window.activeTextEditor?.document.uri.toString());
+    const doc = vscode.window.activeTextEditor?.document;
+    const view = renderStatus(this.status, doc?.uri.toString(), doc ? this.excludedHere(doc) : undefined);
     this.statusItem.text = view.text;
     this.statusItem.tooltip = view.tooltip;
     this.statusItem.backgroundColor = view.warning ? new vscode.ThemeColor("statusBarItem.warningBackground") : undefined;
+  }
+
+  /** The excludeFiles pattern a file on disk matches (for files no client attaches to, which the
+   * server never lists as excluded). */
+  private excludedHere(doc: vscode.TextDocument): string | undefined {
+    if (doc.uri.scheme !== "file") return undefined;
+    const patterns = effectiveExcludes(this.settings.excludeFiles);
+    return excludedBy(vscode.workspace.asRelativePath(doc.uri, false), patterns) ?? excludedBy(doc.uri.fsPath, patterns);
   }
 
   async start(): Promise<void> {

@@ -26,6 +26,9 @@
  *   status bar ("7 more in 4 files"); Tab past the last in-file edit has the language server apply
  *   the next file's edits (refused if that file changed since) and opens it at the first one;
  *   `editserver.nextEdit.list` lists every proposed edit.
+ * - Tab (or a partial accept) on edits still streaming waits for the request's final reply before
+ *   changing anything: the server keeps a suggestion, and applies its edits to other files, only
+ *   once it is complete, and an edit to the file before that supersedes it.
  */
 
 import * as path from "node:path";
@@ -81,6 +84,9 @@ export class NextEditController implements vscode.Disposable {
   private shown: Shown | undefined;
   private pending: vscode.CancellationTokenSource | undefined;
   private pendingDoc: { uri: string; version: number } | undefined;
+  /** The request in flight, until its final reply is handled. */
+  private inflight: Promise<void> | undefined;
+  private waiting = false; // a Tab waits for that final reply: further keys are ignored meanwhile
   private timer: NodeJS.Timeout | undefined;
   private applying = false;
   private atCursor = false;
@@ -198,15 +204,31 @@ export class NextEditController implements vscode.Disposable {
     this.cancelPending();
     const cts = new vscode.CancellationTokenSource();
     this.pending = cts;
+    const run = this.ask(client, editor, trigger, cts);
+    this.inflight = run;
+    try {
+      await run;
+    } finally {
+      if (this.inflight === run) this.inflight = undefined;
+    }
+  }
+
+  private async ask(
+    client: LanguageClient,
+    editor: vscode.TextEditor,
+    trigger: "auto" | "manual",
+    cts: vscode.CancellationTokenSource,
+  ): Promise<void> {
     const doc = editor.document;
     const version = doc.version;
-    this.pendingDoc = { uri: doc.uri.toString(), version };
+    const uri = doc.uri.toString();
+    this.pendingDoc = { uri, version };
     try {
-      const raw = await client.sendRequest(NEXT_EDIT_METHOD, nextEditParams(doc.uri.toString(), editor.selection.active, trigger), cts.token);
-      if (cts.token.isCancellationRequested || doc.version !== version) return;
+      const raw = await client.sendRequest(NEXT_EDIT_METHOD, nextEditParams(uri, editor.selection.active, trigger), cts.token);
+      if (cts.token.isCancellationRequested) return;
       this.pendingDoc = undefined;
       const result = parseNextEditResult(raw);
-      if (!result || result.edits.length === 0) return;
+      if (doc.version !== version || !result || result.edits.length === 0) return;
       // partials carry a running index; add() gives each edit its index in the final reply
       this.add(editor, result);
     } catch (err) {
@@ -293,6 +315,7 @@ export class NextEditController implements vscode.Disposable {
       return;
     }
     if (action.kind !== "apply") return;
+    if (await this.untilFinal()) return this.jumpOrApply();
     const edit = shown.edits.find((e) => e.index === action.index);
     if (!edit) return;
     this.applying = true;
@@ -316,6 +339,7 @@ export class NextEditController implements vscode.Disposable {
     const editor = vscode.window.activeTextEditor;
     const shown = this.shown;
     if (!editor || !shown || editor.document.uri.toString() !== shown.uri) return;
+    if (await this.untilFinal()) return this.acceptPartial(kind);
     const edit = shown.edits.find((e) => cursorOnEdit(e, editor.selection.active));
     if (!edit) return this.jumpOrApply();
     const acc = acceptSpans(edit, kind);
@@ -336,6 +360,22 @@ export class NextEditController implements vscode.Disposable {
     editor.selection = new vscode.Selection(pos, pos);
     const others = remainingAfter(shown.edits, acc.asApplied);
     await this.settle(editor, acc.remaining ? [...others, acc.remaining] : others);
+  }
+
+  /** Before applying anything, the final reply of the request in flight: the server keeps a
+   * suggestion (to apply its edits in other files) only once it is complete, and an edit to the file
+   * before that supersedes it. True when it waited (the caller re-reads the state), also when
+   * another key is already waiting (then the caller must do nothing). */
+  private async untilFinal(): Promise<boolean> {
+    if (this.waiting) return true;
+    if (!this.inflight) return false;
+    this.waiting = true;
+    try {
+      await this.inflight;
+    } finally {
+      this.waiting = false;
+    }
+    return true;
   }
 
   /** After an accept: keep drawing what is left, or clear everything when nothing is. */
@@ -367,12 +407,25 @@ export class NextEditController implements vscode.Disposable {
   /** Tab past the last in-file edit: the language server applies the next file's edits (or refuses
    * them when the file changed since), then the file opens at the first one. */
   async nextFile(): Promise<void> {
-    const kept = this.others;
     const client = this.getClient();
-    if (!kept || kept.files.length === 0 || !client || this.opening) return;
+    if (!client || this.opening || this.waiting) return;
+    this.opening = true;
+    try {
+      // Tab on streamed edits: the server applies a suggestion's edits only once its final reply
+      // is out (which may also add files)
+      if (this.inflight && this.others) await this.inflight;
+      await this.applyNextFile(client);
+    } finally {
+      this.opening = false;
+      this.updateMore();
+    }
+  }
+
+  private async applyNextFile(client: LanguageClient): Promise<void> {
+    const kept = this.others;
+    if (!kept || kept.files.length === 0) return;
     const file = kept.files.shift();
     if (!file) return;
-    this.opening = true;
     try {
       const res = (await client.sendRequest(APPLY_EDITS_METHOD, { id: kept.id, uri: file.uri })) as {
         applied?: boolean;
@@ -390,9 +443,6 @@ export class NextEditController implements vscode.Disposable {
       editor.revealRange(new vscode.Range(pos, pos), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
     } catch (err) {
       this.log.warn(`applying next edits in ${file.uri} failed: ${String(err)}`);
-    } finally {
-      this.opening = false;
-      this.updateMore();
     }
   }
 

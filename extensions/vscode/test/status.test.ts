@@ -68,3 +68,11 @@ test("an excluded active file says why nothing comes, and only that file", () =>
   assert.match(renderStatus(m, "file:///w/app.py").text, /sparkle/);
   assert.doesNotMatch(renderStatus(applyStatus(m, { state: "ready", excluded: [] }), "file:///w/.env").text, /excluded/);
 });
+
+test("a file the server never sees but excludeFiles matches says so (a .env has no client)", () => {
+  const m = applyStatus(running, { state: "ready", excluded: [] });
+  const view = renderStatus(m, "file:///w/.env", ".env*");
+  assert.match(view.text, /excluded/);
+  assert.match(view.tooltip, /\.env\*/);
+  assert.match(renderStatus(m, "file:///w/a.py").text, /sparkle/);
+});

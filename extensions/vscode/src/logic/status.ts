@@ -10,7 +10,8 @@
  *   count ages out on the server, so the extension polls `editserver/info` while it is non-zero.
  * - A file that `excludeFiles` keeps out gets no suggestions by design: while it is the active
  *   editor the item says so and names the pattern (the server lists the open excluded files in
- *   every status), so an empty ghost text is never mistaken for a broken server.
+ *   every status), so an empty ghost text is never mistaken for a broken server. A file the server
+ *   never sees (no client attaches to a `.env`) is matched in the editor (logic/privacy.ts).
  * - The latest latency survives state changes that carry none (a status without latencyMs does not
  *   erase the last measurement).
  */
@@ -78,9 +79,10 @@ export interface StatusView {
   warning: boolean;
 }
 
-/** ``activeUri``: the active editor's document, to say when it is excluded. */
-export function renderStatus(m: StatusModel, activeUri?: string): StatusView {
-  const pattern = activeUri !== undefined ? m.excluded?.[activeUri] : undefined;
+/** ``activeUri``: the active editor's document, to say when it is excluded; ``localPattern``: the
+ * excludeFiles pattern it matches when the server does not see it (logic/privacy.ts). */
+export function renderStatus(m: StatusModel, activeUri?: string, localPattern?: string): StatusView {
+  const pattern = (activeUri !== undefined ? m.excluded?.[activeUri] : undefined) ?? localPattern;
   if (m.enabled && pattern !== undefined) {
     return {
       text: "$(lock) editserver: excluded",
