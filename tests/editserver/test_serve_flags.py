@@ -11,11 +11,12 @@ import dataclasses
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from editserver.cli.main import build_parser
-from editserver.options import from_args
+from editserver.options import flag_name, from_args
 from editserver.server.settings import Settings
 
 # the flags users, scripts and docs call serve with: generating them must not rename or drop one
@@ -99,3 +100,34 @@ def test_choices_bind_a_settings_built_in_code_too() -> None:
         Settings(log_level="loud")
     with pytest.raises(ValueError, match="dtype must be one of"):
         Settings(dtype="fp8")
+
+
+def _docs_table() -> dict[str, str]:
+    """docs/api.md's serve flags table: flag -> its default cell (backticks dropped)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    rows: dict[str, str] = {}
+    for line in text.split("| flag | default | meaning |", 1)[1].splitlines()[2:]:
+        if not line.startswith("| `--"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        flag = cells[0].strip("`").split()[0]
+        assert flag not in rows, f"docs/api.md lists {flag} twice"
+        rows[flag] = cells[1].replace("`", "")
+    return rows
+
+
+def test_the_api_docs_table_names_every_flag_with_its_default() -> None:
+    rows = _docs_table()
+    assert set(rows) == PUBLIC_FLAGS, set(rows) ^ PUBLIC_FLAGS
+    for f in dataclasses.fields(Settings):
+        if f.metadata.get("cli", True) is False:
+            continue
+        cell = rows[flag_name(Settings, f.name)]
+        if isinstance(f.default, bool):
+            assert cell == ("on" if f.default else "off"), (f.name, cell)
+        elif isinstance(f.default, (int, float)):
+            assert float(cell.split()[0]) == f.default, (f.name, cell)
+        elif isinstance(f.default, str):
+            assert cell.split()[0] == f.default, (f.name, cell)
+        else:  # None or empty: the docs say in words what happens
+            assert cell, f.name
