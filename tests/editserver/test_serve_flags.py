@@ -131,3 +131,10 @@ def test_the_api_docs_table_names_every_flag_with_its_default() -> None:
             assert cell.split()[0] == f.default, (f.name, cell)
         else:  # None or empty: the docs say in words what happens
             assert cell, f.name
+
+
+def test_serve_alone_parses_without_torch() -> None:
+    """``editserver serve --help`` and a refused flag answer at once: no other command's imports."""
+    code = "import sys; from editserver.cli.main import build_parser; build_parser('serve'); "
+    code += "sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
