@@ -249,6 +249,7 @@ def create_server(
 ) -> EditLanguageServer:
     """A fresh server; CLI flags (when given) override the defaults that client options start from."""
     server = EditLanguageServer(server_url, autostart, model_dir)
+    _register_lifecycle(server)
     _register_documents(server)
     _register_completion(server)
     register_next_edit(server, INLINE_ACCEPTED)
@@ -258,8 +259,8 @@ def create_server(
     return server
 
 
-# ---- lifecycle and documents --------------------------------------------------------------------
-def _register_documents(ls: EditLanguageServer) -> None:
+# ---- lifecycle and settings ---------------------------------------------------------------------
+def _register_lifecycle(ls: EditLanguageServer) -> None:
     @ls.feature(types.INITIALIZE)
     def initialize(params: types.InitializeParams) -> None:
         ls.pending_warnings += ls.apply_settings(params.initialization_options, initial=True)
@@ -304,6 +305,9 @@ def _register_documents(ls: EditLanguageServer) -> None:
         for w in ls.apply_settings(raw):
             ls.show(2, w)
 
+
+# ---- documents ----------------------------------------------------------------------------------
+def _register_documents(ls: EditLanguageServer) -> None:
     @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(params: types.DidOpenTextDocumentParams) -> None:
         td = params.text_document
