@@ -6,7 +6,9 @@ Design decisions:
   ``--max-points``). ``from_args`` builds the dataclass back from the parsed namespace.
 - Types come from the annotations: ``int``, ``float``, ``str``, ``Path`` and their ``| None`` forms
   take a value; ``bool`` is a switch (``--name``, or ``--no-name`` for a field that defaults to
-  True, via ``negate``); ``list[str]`` takes one or more values.
+  True, via ``negate``); ``list[str]`` and ``tuple[str, ...]`` take one or more values, or with
+  ``repeat`` one value per use of the flag (``--allow-origin A --allow-origin B``); a tuple field
+  gets a tuple.
 - A field holding another option dataclass contributes that one's flags (a nested group), so a
   harness's sub-options need no copy line.
 - A field without a ``help`` entry in its metadata (or with ``cli=False``) is not a flag (the
@@ -16,6 +18,9 @@ Design decisions:
   ``scale`` converts units (``--time-budget`` minutes, the field seconds); ``aliases`` adds other
   names (``train --run-dir``: torchrun reads ``--run`` as its own ``--run-path``). A bool that
   defaults to True gets ``--name/--no-name`` unless ``negate`` makes it a single ``--no-name``.
+- ``env`` names an environment variable whose value is the flag's default when set (``serve
+  --api-key`` from ``$EDITSERVER_API_KEY``, so a secret need not show in the process list); it is
+  read when the parser is built, never by the dataclass itself, and never shown in the help.
 - The default is appended to the help text unless the help already names one.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import types
 import typing
 from pathlib import Path
@@ -39,6 +45,8 @@ def opt(
     group: str | None = None,
     negate: bool = False,
     positional: bool = False,
+    repeat: bool = False,
+    env: str | None = None,
     factory: Any = None,
 ) -> Any:
     """A dataclass field that is also a command-line option (module docstring)."""
@@ -50,6 +58,8 @@ def opt(
         "group": group,
         "negate": negate,
         "positional": positional,
+        "repeat": repeat,
+        "env": env,
     }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
@@ -65,6 +75,8 @@ _DEFAULTS = {
     "group": None,
     "negate": False,
     "positional": False,
+    "repeat": False,
+    "env": None,
 }
 
 
@@ -82,9 +94,15 @@ def _is_flag(f: dataclasses.Field) -> bool:
 
 
 def _default(f: dataclasses.Field) -> Any:
+    if f.metadata.get("env") and os.environ.get(f.metadata["env"]):
+        return os.environ[f.metadata["env"]]
     if "cli_default" in f.metadata:
         return f.metadata["cli_default"]
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _sequence(tp: Any) -> bool:
+    return typing.get_origin(tp) in (list, tuple)
 
 
 def _flag_kwargs(f: dataclasses.Field, tp: Any) -> dict:
@@ -92,7 +110,7 @@ def _flag_kwargs(f: dataclasses.Field, tp: Any) -> dict:
     base, _ = _base(tp)
     default = _default(f)
     shown = default / m["scale"] if "scale" in m and default is not None else default
-    plain = default is None or isinstance(default, bool) or default == [] or "default" in m["help"]
+    plain = m["env"] or default in (None, [], ()) or isinstance(default, bool) or "default" in m["help"]
     help_ = m["help"] + ("" if plain else f" (default {shown})").replace("%", "%%")
     kw: dict[str, Any] = {"help": help_, "dest": f.name}
     if base is bool:
@@ -102,8 +120,11 @@ def _flag_kwargs(f: dataclasses.Field, tp: Any) -> dict:
             kw["action"] = argparse.BooleanOptionalAction if default else "store_true"
             kw["default"] = default
         return kw
-    if typing.get_origin(base) is list:
-        kw.update(nargs="*" if m["positional"] else "+", default=list(default or []))
+    if _sequence(base):
+        if m["repeat"]:
+            kw.update(action="append", default=list(default or []))
+        else:
+            kw.update(nargs="*" if m["positional"] else "+", default=list(default or []))
         kw["type"] = typing.get_args(base)[0]
     else:
         kw.update(type=base if base in (int, float, Path) else str, default=shown)
@@ -145,16 +166,23 @@ def flag_name(cls: type, name: str) -> str:
     return m["flag"] or ("--no-" if m["negate"] else "--") + name.replace("_", "-")
 
 
-def _value(f: dataclasses.Field, args: argparse.Namespace) -> Any:
+def _value(f: dataclasses.Field, tp: Any, args: argparse.Namespace) -> Any:
     v = getattr(args, f.name)
     if v is not None and "scale" in f.metadata:
         v = v * f.metadata["scale"]
-    return list(v) if isinstance(v, list) else v
+    if isinstance(v, list):
+        return tuple(v) if typing.get_origin(_base(tp)[0]) is tuple else list(v)
+    return v
 
 
 def config_values(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     """The parsed flags of ``cls`` (not nested ones) as field values, in the field's unit."""
-    return {f.name: _value(f, args) for f in dataclasses.fields(cls) if _is_flag(f) and hasattr(args, f.name)}
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: _value(f, hints[f.name], args)
+        for f in dataclasses.fields(cls)
+        if _is_flag(f) and hasattr(args, f.name)
+    }
 
 
 def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
@@ -167,5 +195,5 @@ def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
         elif dataclasses.is_dataclass(hints[f.name]):
             values[f.name] = from_args(hints[f.name], args)
         elif _is_flag(f) and hasattr(args, f.name):
-            values[f.name] = _value(f, args)
+            values[f.name] = _value(f, hints[f.name], args)
     return cls(**values)

@@ -10,6 +10,8 @@ Design decisions:
   access log is off because the app writes a richer one. Nothing is sent anywhere.
 - ``--threads`` sets torch's intra-op threads before loading (0 keeps torch's default); on a shared
   CPU one or two threads keep the machine responsive.
+- Every flag is generated from ``Settings`` (editserver/server/settings.py): its name, default, help
+  text, group and choices are written there once; this module only parses, checks and runs.
 - The API key may come from ``$EDITSERVER_API_KEY`` so it does not show in the process list.
 - Binding to anything but loopback needs ``--api-key`` (or ``--insecure-no-auth``, said out loud);
   otherwise ``serve`` prints one line and exits with status 2 before the port opens
@@ -26,13 +28,12 @@ import argparse
 import dataclasses
 import json
 import logging
-import os
 import socket
 import sys
 import time
 from pathlib import Path
 
-from editserver.server.settings import MAX_BODY_BYTES, is_loopback
+from editserver.server.settings import is_loopback
 
 
 class JsonFormatter(logging.Formatter):
@@ -62,113 +63,17 @@ def configure_logging(level: str) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve the model over HTTP (Inception Mercury Edit / OpenAI API)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
-    p.add_argument(
-        "--model",
-        type=Path,
-        default=None,
-        help="checkpoint directory, or a name pulled with `editserver pull` (default: the shipped model)",
+    from editserver.options import add_arguments
+    from editserver.server.settings import MODEL, NETWORK, OPERATIONS, REQUESTS, Settings
+
+    p = sub.add_parser(
+        "serve",
+        help="serve the model over HTTP (Inception Mercury Edit / OpenAI API)",
+        description="Serve the model over HTTP on loopback: Inception's FIM and next-edit endpoints and "
+        "OpenAI's /v1/completions (docs/api.md).",
     )
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "fp32", "bf16", "fp16"],
-        help="serving dtype (default auto: fp32 for our checkpoints; bf16 for open models where native)",
-    )
-    p.add_argument(
-        "--max-context",
-        type=int,
-        default=None,
-        help="longest context served and read, in tokens (default: 32768 served, and an open model reads "
-        "the window its publisher evaluates it at, 2048 or 4096; its own context caps it)",
-    )
-    p.add_argument(
-        "--chat-template",
-        default="auto",
-        metavar="auto|none|FILE",
-        help="chat template for an open model's edit prompts: auto (the directory's; none for a base "
-        "checkpoint), none (the raw prompt) or a Jinja file (default auto)",
-    )
-    p.add_argument(
-        "--api-key",
-        default=os.environ.get("EDITSERVER_API_KEY") or None,
-        help="require 'Authorization: Bearer KEY' on /v1/* (default: $EDITSERVER_API_KEY)",
-    )
-    p.add_argument(
-        "--insecure-no-auth",
-        action="store_true",
-        help="allow a non-loopback --host without --api-key (anyone who reaches the port can use it)",
-    )
-    p.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=MAX_BODY_BYTES,
-        help=f"larger request bodies are refused with 413 (default: {MAX_BODY_BYTES})",
-    )
-    p.add_argument(
-        "--allow-origin",
-        action="append",
-        default=[],
-        metavar="ORIGIN",
-        help="a browser origin allowed to call the API (CORS), e.g. http://localhost:3000; repeatable "
-        "(default: none)",
-    )
-    p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (default 64)")
-    p.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default 8)")
-    p.add_argument(
-        "--max-output-tokens",
-        type=int,
-        default=None,
-        help="cap on every canvas (default: the engine's limit, 1024)",
-    )
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    p.add_argument(
-        "--quantize",
-        default="none",
-        choices=["none", "int8"],
-        help="int8: weight-only int8 weights on the CPU, half the bytes per step (default none)",
-    )
-    p.add_argument(
-        "--prefix-cache-mb",
-        type=float,
-        default=None,
-        help="MiB of recent contexts' keys/values reused by later requests (0: off; default: the "
-        "model family's, docs/experiments.md)",
-    )
-    p.add_argument(
-        "--fim-threshold",
-        type=float,
-        default=None,
-        help="show FIM completions scoring at least this (0-1; default: the checkpoint's fim_threshold)",
-    )
-    p.add_argument(
-        "--edit-threshold",
-        type=float,
-        default=None,
-        help="show next edits scoring at least this (0-1; default: the checkpoint's selectivity_threshold)",
-    )
-    p.add_argument("--model-name", default="editserver", help="id listed first by /v1/models")
-    p.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="JSON log lines on stderr at this level and above (default: info)",
-    )
-    p.add_argument(
-        "--replica-id",
-        default=None,
-        help="name of this replica in /metrics (editserver_replica_info), /health and the "
-        "X-Editserver-Replica header (default: HOSTNAME:PORT)",
-    )
-    p.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=30.0,
-        help="on SIGTERM, seconds to let in-flight requests finish while new ones get 503 (default: 30)",
-    )
+    groups = {title: p.add_argument_group(title) for title in (MODEL, NETWORK, REQUESTS, OPERATIONS)}
+    add_arguments(p, Settings, groups)
     p.set_defaults(func=run)
 
 
@@ -176,31 +81,10 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     log = logging.getLogger("editserver.serve")
     try:
+        from editserver.options import from_args
         from editserver.server.settings import Settings
 
-        settings = Settings(
-            host=args.host,
-            port=args.port,
-            model=args.model,
-            device=args.device,
-            api_key=args.api_key,
-            served_model_name=args.model_name,
-            max_queue=args.max_queue,
-            max_batch=args.max_batch,
-            max_output_tokens=args.max_output_tokens,
-            threads=args.threads,
-            fim_threshold=args.fim_threshold,
-            edit_threshold=args.edit_threshold,
-            log_level=args.log_level,
-            dtype=args.dtype,
-            max_context=args.max_context,
-            insecure_no_auth=args.insecure_no_auth,
-            max_body_bytes=args.max_body_bytes,
-            allow_origins=tuple(args.allow_origin),
-            chat_template=args.chat_template,
-            prefix_cache_mb=args.prefix_cache_mb,
-            quantize=args.quantize,
-        )
+        settings = from_args(Settings, args)
     except ValueError as exc:
         print(f"editserver serve: {exc}", file=sys.stderr)
         return 2
@@ -231,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from editserver.server.metrics import Metrics
     from editserver.server.replica import Replica, draining_server
 
-    replica_id = args.replica_id or f"{socket.gethostname()}:{settings.port}"
+    replica_id = settings.replica_id or f"{socket.gethostname()}:{settings.port}"
     settings = dataclasses.replace(settings, extra={**settings.extra, "replica": replica_id})
     metrics = Metrics(replica=replica_id)
 
@@ -268,6 +152,6 @@ def run(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         timeout_graceful_shutdown=5,
     )
-    server = draining_server(config, replica, args.drain_timeout)
+    server = draining_server(config, replica, settings.drain_timeout)
     server.run()
     return 2 if failed else 0

@@ -2,20 +2,19 @@
 
 Design decisions:
 - ``create_server()`` builds a fresh ``EditLanguageServer``; handlers are thin and delegate to the
-  modules that own each concern (documents, history, context, completion, nextedit, telemetry,
-  client, settings). All handlers run on pygls' asyncio loop, so state needs no locks.
+  modules that own each concern (documents, history, context, completion, nextedit, edit_requests,
+  telemetry, workspace, client, settings). All handlers run on pygls' asyncio loop, so state needs
+  no locks.
 - Position encoding: pygls picks the client's first supported encoding; we move UTF-8 to the front
   whenever the client offers it, because tree-sitter and the HTTP payloads are UTF-8 anyway.
 - Custom requests and notifications (``editserver/*``, ``textDocument/copilotInlineEdit``) keep their
-  params as plain JSON dicts (a custom converter hook), validated here with clear LSP errors.
-- The nextEdit reply carries, beside the contract's ``{id, edits, score}``, a diagnostic ``regions``
-  list (which places were asked about, their score and whether they were kept); clients ignore it.
+  params as plain JSON dicts (a custom converter hook), validated by their handlers with clear LSP
+  errors.
 - Status: ``editserver/status`` on every client state change and after every model call (with the
   call's latency); state ``disabled`` when both features are off.
-- Next edits stream: with ``partialResults: true`` in the request, each kept region goes out as an
-  ``editserver/nextEditPartial`` notification (same ``id`` as the final reply) as soon as it is
-  vetted; the final reply still carries every kept edit, so a client that ignores partials loses
-  nothing. A didChange cancels the document's in-flight next-edit request (and its HTTP calls).
+- Next-edit requests (``editserver/nextEdit``, ``textDocument/copilotInlineEdit``, their streamed
+  partials and replies) live in lsp/edit_requests.py; a didChange here cancels the document's
+  in-flight one (and its HTTP calls).
 - Excluded files (``excludeFiles``, lsp/privacy.py) are decided here, where documents enter: kept in
   sync, but never asked about, never a snippet, never in the edit history or a definition search.
   ``editserver/status`` and ``editserver/info`` list the open ones with the pattern that matched, so
@@ -28,7 +27,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import uuid
 from collections import OrderedDict
 from typing import Any
 
@@ -48,18 +46,16 @@ from editserver.lsp import completion as fim
 from editserver.lsp.client import DISABLED, READY, ModelClient, short
 from editserver.lsp.context import ParsedDocument, grammar_name
 from editserver.lsp.documents import UTF8, UTF16, UTF32, DocumentStore
+from editserver.lsp.edit_requests import register_next_edit
 from editserver.lsp.history import EditHistory, RecentlyViewed
-from editserver.lsp.nextedit import Suggestion, region_info, suggest
+from editserver.lsp.nextedit import Suggestion
 from editserver.lsp.privacy import Exclusions
 from editserver.lsp.settings import Settings, parse_settings, settings_from_change
 from editserver.lsp.telemetry import Telemetry, register_telemetry
-from editserver.lsp.workspace import register_workspace, remember, start_index, workspace_roots
+from editserver.lsp.workspace import register_workspace, start_index, workspace_roots
 
 log = logging.getLogger(__name__)
 
-NEXT_EDIT = "editserver/nextEdit"
-NEXT_EDIT_PARTIAL = "editserver/nextEditPartial"
-COPILOT_INLINE_EDIT = "textDocument/copilotInlineEdit"
 INLINE_ACCEPTED = "editserver.inlineAccepted"
 STATUS = "editserver/status"
 DOCUMENT_STATE = "editserver/documentState"
@@ -85,14 +81,6 @@ def _converter():
 
 def _invalid(message: str) -> JsonRpcInvalidParams:
     return JsonRpcInvalidParams(message)
-
-
-def _position(p: Any, where: str) -> tuple[int, int]:
-    if not isinstance(p, dict) or not all(
-        isinstance(p.get(k), int) and p[k] >= 0 for k in ("line", "character")
-    ):
-        raise _invalid(f"{where}: position must be {{line, character}} with non-negative integers")
-    return p["line"], p["character"]
 
 
 class EditLanguageServer(LanguageServer):
@@ -261,17 +249,18 @@ def create_server(
 ) -> EditLanguageServer:
     """A fresh server; CLI flags (when given) override the defaults that client options start from."""
     server = EditLanguageServer(server_url, autostart, model_dir)
+    _register_lifecycle(server)
     _register_documents(server)
     _register_completion(server)
-    _register_next_edit(server)
+    register_next_edit(server, INLINE_ACCEPTED)
     register_telemetry(server, INLINE_ACCEPTED)
     register_workspace(server)
     _register_diagnostics(server)
     return server
 
 
-# ---- lifecycle and documents --------------------------------------------------------------------
-def _register_documents(ls: EditLanguageServer) -> None:
+# ---- lifecycle and settings ---------------------------------------------------------------------
+def _register_lifecycle(ls: EditLanguageServer) -> None:
     @ls.feature(types.INITIALIZE)
     def initialize(params: types.InitializeParams) -> None:
         ls.pending_warnings += ls.apply_settings(params.initialization_options, initial=True)
@@ -316,6 +305,9 @@ def _register_documents(ls: EditLanguageServer) -> None:
         for w in ls.apply_settings(raw):
             ls.show(2, w)
 
+
+# ---- documents ----------------------------------------------------------------------------------
+def _register_documents(ls: EditLanguageServer) -> None:
     @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(params: types.DidOpenTextDocumentParams) -> None:
         td = params.text_document
@@ -421,113 +413,6 @@ def _register_completion(ls: EditLanguageServer) -> None:
                 )
             ]
         )
-
-
-# ---- next edit ----------------------------------------------------------------------------------
-def _edit_json(r) -> list[dict]:
-    """A region's edits; each names its file and the version they apply to (null: its text on disk)."""
-    doc = r.ask.doc
-    return [
-        {
-            "textDocument": {"uri": doc.uri, "version": r.ask.version},
-            "range": doc.lsp_range(e.start, e.end),
-            "newText": e.new_text,
-        }
-        for e in r.edits
-    ]
-
-
-async def suggest_edits(ls: EditLanguageServer, params: Any, where: str, stream: bool = False) -> Suggestion:
-    """Validate params, then ask (shared by editserver/nextEdit and copilotInlineEdit).
-
-    ``trigger: "auto"`` (a client's own request after an edit) is gated on the edit history (see
-    lsp/nextedit.py); with ``stream`` each kept region is sent as ``editserver/nextEditPartial``."""
-    if not isinstance(params, dict) or not isinstance(params.get("textDocument"), dict):
-        raise _invalid(f"{where}: params must be {{textDocument: {{uri}}, position}}")
-    doc = ls.doc_for(params["textDocument"].get("uri"), where)
-    line, char = _position(params.get("position"), where)
-    trigger = params.get("trigger", "manual")
-    if trigger not in ("auto", "manual"):
-        raise _invalid(f'{where}: trigger must be "auto" or "manual"')
-    if doc.uri in ls.excluded:
-        why = f"excluded: matches excludeFiles pattern {ls.excluded[doc.uri]!r}; nothing was sent"
-        return Suggestion(uuid.uuid4().hex, doc, doc.version, skipped=why)
-    # a newer next-edit request for the same document supersedes this one (and its HTTP calls)
-    older = ls.next_inflight.pop(doc.uri, None)
-    if older is not None and not older.done():
-        older.cancel()
-    sid = uuid.uuid4().hex
-    version = doc.version
-    sent = [0]
-
-    def on_kept(r) -> None:
-        ls.protocol.notify(
-            NEXT_EDIT_PARTIAL,
-            {
-                "id": sid,
-                "textDocument": {"uri": doc.uri, "version": version},
-                "edits": _edit_json(r),
-                "score": r.score,
-                "rank": sent[0],
-            },
-        )
-        sent[0] += 1
-
-    task = asyncio.ensure_future(
-        suggest(ls, doc, line, char, auto=trigger == "auto", on_kept=on_kept if stream else None)
-    )
-    ls.next_inflight[doc.uri] = task
-    try:
-        sug = await task
-    except asyncio.CancelledError:
-        task.cancel()
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise  # $/cancelRequest
-        return Suggestion(sid, doc, doc.version, skipped="superseded by a newer edit")
-    sug.id = sid
-    remember(ls, sug)
-    return sug
-
-
-def _register_next_edit(ls: EditLanguageServer) -> None:
-    @ls.feature(NEXT_EDIT)
-    async def next_edit(params: Any) -> dict:
-        stream = isinstance(params, dict) and params.get("partialResults") is True
-        sug = await suggest_edits(ls, params, NEXT_EDIT, stream)
-        sid, kept, results = sug.id, sug.kept, sug.results
-        out = {
-            "id": sid,
-            "edits": [e for r in kept for e in _edit_json(r)],
-            "score": kept[0].score if kept else 0.0,
-            "regions": [region_info(r, kept) for r in results],
-        }
-        if sug.skipped:
-            out["skipped"] = sug.skipped
-        return out
-
-    @ls.feature(COPILOT_INLINE_EDIT)
-    async def copilot_inline_edit(params: Any) -> dict:
-        sug = await suggest_edits(ls, params, COPILOT_INLINE_EDIT)
-        sid, doc, version, kept = sug.id, sug.doc, sug.version, sug.kept
-        out = []
-        for r in kept:
-            if r.uri != doc.uri:
-                continue  # Copilot's shape is one document's edits
-            for e in r.edits:
-                out.append(
-                    {
-                        "text": e.new_text,
-                        "range": doc.lsp_range(e.start, e.end),
-                        "textDocument": {"uri": doc.uri, "version": version},
-                        "command": {
-                            "title": "Accept",
-                            "command": INLINE_ACCEPTED,
-                            "arguments": [{"id": sid, "editIndex": len(out)}],
-                        },
-                    }
-                )
-        return {"edits": out}
 
 
 # ---- diagnostics -------------------------------------------------------------------------------

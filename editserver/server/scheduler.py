@@ -87,7 +87,8 @@ class _AllSet(threading.Event):
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, metrics: Metrics, max_queue: int = 64, max_batch: int = 8):
+    def __init__(self, engine: Engine, metrics: Metrics, max_queue: int, max_batch: int):
+        # the limits have no defaults here: serve's Settings (server/settings.py) holds them once
         self.engine = engine
         self.metrics = metrics
         self.max_queue = max_queue

@@ -3,6 +3,13 @@
 Design decisions:
 - A frozen dataclass, not environment magic: ``editserver serve`` fills it from argparse, tests and the
   load benchmark build it directly, and ``create_app(settings)`` reads nothing else.
+- Each option is written once, here: a field's ``opt(default, help, ...)`` metadata (editserver/options.py)
+  is its ``serve`` flag, help text, ``--help`` group and choices; ``serve`` generates its parser from
+  it, so no default is repeated elsewhere (the Scheduler takes its limits from here, without defaults
+  of its own). Fields marked ``cli: False`` (``aliases``, ``extra``) are filled by code, not flags.
+- Choices bind in ``__post_init__`` too, so a Settings built in code gets the same clear error as
+  the command line; ``--api-key`` defaults to ``$EDITSERVER_API_KEY`` when the parser is built, and
+  this class never reads the environment.
 - Defaults favour one developer machine: loopback only, a bounded queue (so overload is a fast 429,
   never an ever-growing backlog), small opportunistic batches.
 - ``fim_threshold`` / ``edit_threshold`` override the checkpoint's tuned thresholds for this server
@@ -21,8 +28,10 @@ Design decisions:
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from editserver.options import opt
 
 # Inception's model names, accepted as aliases of whatever checkpoint is loaded (Zed sends
 # "mercury-coder", the Inception docs use "mercury-edit-2").
@@ -40,35 +49,137 @@ def is_loopback(host: str) -> bool:
         return False  # a host name other than localhost may resolve to anything
 
 
+NETWORK, MODEL, REQUESTS, OPERATIONS = "network", "model", "requests", "operations"  # --help groups
+
+
 @dataclass(frozen=True)
 class Settings:
-    host: str = "127.0.0.1"  # loopback only unless the user says otherwise
-    port: int = 8000
-    model: Path | None = None  # None: the shipped checkpoint (model/checkpoints/default)
-    device: str = "cpu"  # "cpu" | "cuda"
-    api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer <key>"
-    served_model_name: str = "editserver"  # the id /v1/models lists first
-    aliases: tuple[str, ...] = MODEL_ALIASES
-    max_queue: int = 64  # requests waiting (not yet running) before new ones get 429
-    max_batch: int = 8  # compatible queued requests decoded together in one batch
-    max_output_tokens: int | None = None  # canvas cap; None: the engine's own limit (1024)
-    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
-    fim_threshold: float | None = None  # None: the checkpoint's inference.fim_threshold
-    edit_threshold: float | None = None  # None: the checkpoint's inference.selectivity_threshold
-    log_level: str = "info"
-    dtype: str = "auto"  # serving dtype: auto (bf16 where native, else fp32), fp32, bf16, fp16
-    # the longest context served (an open model's own is capped to it); None: 32K, and an open model
-    # reads the window its publisher evaluates it at (model/infer/hf/__init__.py)
-    max_context: int | None = None
-    chat_template: str = "auto"  # open models' edit prompts: auto (none for base checkpoints), none, FILE
-    quantize: str = "none"  # "int8": weight-only int8 on the CPU (model/infer/quant.py)
-    prefix_cache_mb: float | None = None  # reused context keys/values; None: the family's default
-    extra: dict = field(default_factory=dict)  # free-form provenance shown by /health
-    insecure_no_auth: bool = False  # allow a non-loopback host without api_key (module docstring)
-    max_body_bytes: int = MAX_BODY_BYTES  # larger request bodies get 413
-    allow_origins: tuple[str, ...] = ()  # CORS: browser origins allowed to call the API; none by default
+    """Everything one server reads; each field with a help text is a ``serve`` flag (editserver/options.py)."""
+
+    host: str = opt("127.0.0.1", "interface to bind (default: loopback only)", metavar="HOST", group=NETWORK)
+    port: int = opt(8000, "TCP port", metavar="PORT", group=NETWORK)
+    model: Path | None = opt(
+        None,
+        "checkpoint directory, or a name pulled with `editserver pull` (default: the shipped model)",
+        metavar="DIR|NAME",
+        group=MODEL,
+    )
+    device: str = opt("cpu", "cpu or cuda (cuda:N picks a device)", metavar="cpu|cuda", group=MODEL)
+    api_key: str | None = opt(
+        None,
+        "require 'Authorization: Bearer KEY' on /v1/* (default: $EDITSERVER_API_KEY)",
+        env="EDITSERVER_API_KEY",
+        metavar="KEY",
+        group=NETWORK,
+    )
+    served_model_name: str = opt(
+        "editserver", "id listed first by /v1/models", flag="--model-name", metavar="NAME", group=OPERATIONS
+    )
+    aliases: tuple[str, ...] = field(
+        default=MODEL_ALIASES, metadata={"cli": False}
+    )  # other ids it answers to
+    max_queue: int = opt(
+        64, "requests waiting (not yet running) before new ones get 429", metavar="N", group=REQUESTS
+    )
+    max_batch: int = opt(
+        8, "compatible queued requests decoded together in one batch", metavar="N", group=REQUESTS
+    )
+    max_output_tokens: int | None = opt(
+        None, "cap on every canvas (default: the engine's limit, 1024)", metavar="N", group=REQUESTS
+    )
+    threads: int = opt(0, "torch intra-op threads (0: torch's choice)", metavar="N", group=MODEL)
+    fim_threshold: float | None = opt(
+        None,
+        "show FIM completions scoring at least this (0-1; default: the checkpoint's fim_threshold)",
+        metavar="X",
+        group=REQUESTS,
+    )
+    edit_threshold: float | None = opt(
+        None,
+        "show next edits scoring at least this (0-1; default: the checkpoint's selectivity_threshold)",
+        metavar="X",
+        group=REQUESTS,
+    )
+    log_level: str = opt(
+        "info",
+        "JSON log lines on stderr at this level and above",
+        choices=["debug", "info", "warning", "error"],
+        group=OPERATIONS,
+    )
+    dtype: str = opt(
+        "auto",
+        "serving dtype (default auto: fp32 for our checkpoints; bf16 for open models where native)",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        group=MODEL,
+    )
+    max_context: int | None = opt(
+        None,
+        "longest context served and read, in tokens (default: 32768 served, and an open model reads "
+        "the window its publisher evaluates it at, 2048 or 4096; its own context caps it)",
+        metavar="N",
+        group=MODEL,
+    )
+    chat_template: str = opt(
+        "auto",
+        "chat template for an open model's edit prompts: auto (the directory's; none for a base "
+        "checkpoint), none (the raw prompt) or a Jinja file",
+        metavar="auto|none|FILE",
+        group=MODEL,
+    )
+    quantize: str = opt(
+        "none",
+        "int8: weight-only int8 weights on the CPU, half the bytes per step (model/infer/quant.py)",
+        choices=["none", "int8"],
+        group=MODEL,
+    )
+    prefix_cache_mb: float | None = opt(
+        None,
+        "MiB of recent contexts' keys/values reused by later requests (0: off; default: the "
+        "model family's, docs/experiments.md)",
+        metavar="MIB",
+        group=MODEL,
+    )
+    extra: dict = field(
+        default_factory=dict, metadata={"cli": False}
+    )  # free-form provenance shown by /health
+    insecure_no_auth: bool = opt(
+        False,
+        "allow a non-loopback --host without --api-key (anyone who reaches the port can use it)",
+        group=NETWORK,
+    )
+    max_body_bytes: int = opt(
+        MAX_BODY_BYTES, "larger request bodies are refused with 413", metavar="N", group=NETWORK
+    )
+    allow_origins: tuple[str, ...] = opt(
+        (),
+        "a browser origin allowed to call the API (CORS), e.g. http://localhost:3000; repeatable "
+        "(default: none)",
+        flag="--allow-origin",
+        metavar="ORIGIN",
+        repeat=True,
+        group=NETWORK,
+    )
+    replica_id: str | None = opt(
+        None,
+        "name of this replica in /metrics (editserver_replica_info), /health and the "
+        "X-Editserver-Replica header (default: HOSTNAME:PORT)",
+        metavar="ID",
+        group=OPERATIONS,
+    )
+    drain_timeout: float = opt(
+        30.0,
+        "on SIGTERM, seconds to let in-flight requests finish while new ones get 503",
+        metavar="SECONDS",
+        group=OPERATIONS,
+    )
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # the flags' choices bind a Settings built in code too
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(
+                    f"{f.name} must be one of {', '.join(choices)}, got {getattr(self, f.name)!r}"
+                )
         if self.max_queue < 1:
             raise ValueError("max_queue must be at least 1")
         if self.max_batch < 1:
@@ -80,16 +191,14 @@ class Settings:
             # scores are confidences in [0, 1]; NaN fails both comparisons and is refused too
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
-        if self.dtype not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(f"dtype must be auto, fp32, bf16 or fp16, got {self.dtype!r}")
         if self.prefix_cache_mb is not None and not self.prefix_cache_mb >= 0:
             raise ValueError(f"prefix_cache_mb must be at least 0, got {self.prefix_cache_mb!r}")
-        if self.quantize not in ("none", "int8"):
-            raise ValueError(f"quantize must be none or int8, got {self.quantize!r}")
         if self.quantize == "int8" and self.device != "cpu":
             raise ValueError("--quantize int8 runs on the CPU only")
         if self.max_context is not None and self.max_context < 1:
             raise ValueError(f"max_context must be at least 1, got {self.max_context}")
+        if not self.drain_timeout >= 0:
+            raise ValueError(f"drain_timeout must be at least 0, got {self.drain_timeout!r}")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
         if not is_loopback(self.host) and not self.api_key and not self.insecure_no_auth:
