@@ -119,6 +119,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (default 64)")
     p.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default 8)")
     p.add_argument(
+        "--no-join",
+        action="store_true",
+        help="queued requests wait for the running decode to end instead of joining it at a block boundary",
+    )
+    p.add_argument(
         "--max-output-tokens",
         type=int,
         default=None,
@@ -187,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
             served_model_name=args.model_name,
             max_queue=args.max_queue,
             max_batch=args.max_batch,
+            join_running=not args.no_join,
             max_output_tokens=args.max_output_tokens,
             threads=args.threads,
             fim_threshold=args.fim_threshold,

@@ -89,8 +89,11 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, metrics: Metrics, max_queue: int = 64, max_batch: int = 8):
+    def __init__(
+        self, engine: Engine, metrics: Metrics, max_queue: int = 64, max_batch: int = 8, join: bool = True
+    ):
         self.engine = engine
+        self.join = join  # queued requests may join a running decode (module docstring)
         self.metrics = metrics
         self.max_queue = max_queue
         self.max_batch = max_batch
@@ -205,7 +208,7 @@ class Scheduler:
                     alone.append(job)
                     self._current.remove(job)
             self._set_running(run.open)
-            admit = self._admit if batch[0].key is not None and self.max_batch > 1 else None
+            admit = self._admit if self.join and batch[0].key is not None and self.max_batch > 1 else None
             run.run(admit)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to its request, none kills the worker
             left = [j for j in [*self._current, *alone] if not j.future.done()]

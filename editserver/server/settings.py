@@ -51,6 +51,7 @@ class Settings:
     aliases: tuple[str, ...] = MODEL_ALIASES
     max_queue: int = 64  # requests waiting (not yet running) before new ones get 429
     max_batch: int = 8  # compatible queued requests decoded together in one batch
+    join_running: bool = True  # queued greedy requests join a running decode at its block boundaries
     max_output_tokens: int | None = None  # canvas cap; None: the engine's own limit (1024)
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     fim_threshold: float | None = None  # None: the checkpoint's inference.fim_threshold
