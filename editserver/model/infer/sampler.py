@@ -6,8 +6,8 @@ Alg. 2 with low-confidence remasking). Design decisions:
 - Everything variable is a piece of the plan (model/infer/plan.py): the unmasking rule
   (model/infer/rules.py), the cache policy (model/infer/cache.py), the block size, sampling. The loop
   never branches on the model family or on the request kind.
-- ``step`` is one model call and one rule decision; ``denoise`` runs blocks of steps and applies them.
-  Callers observe it through ``Hooks``: ``observe`` sees the canvas after every step (streaming,
+- ``step`` is one model call and one rule decision; ``Decode.run`` runs blocks of steps and applies
+  them (``denoise`` is a decode of one caller). Callers observe it through ``Hooks``: ``observe`` sees the canvas after every step (streaming,
   recording), ``done`` ends rows early (a stop sequence in the committed text, an ensemble row that can
   no longer win), ``draft`` gives a ``canvas_draft`` model its region tokens, ``should_stop`` cancels.
 - Semi-autoregressive blocks: the canvas is decoded block by block, left to right; inside a block
@@ -22,6 +22,14 @@ Alg. 2 with low-confidence remasking). Design decisions:
   of the longest; a shorter row's extra positions start committed as end-of-text and no position
   attends to them (a key mask), so every row decodes as it would alone: the canvas length is a length
   prior, and a suggestion must not depend on which requests it shared a batch with.
+- Joining and leaving (``Decode``): a caller's rows (a ``Member``) may join a running decode at a block
+  boundary, on canvas positions from that block on (``Rows.canvas_from``: key-masked and rotary-
+  shifted on the own transformer, left out of the sequence on in-place families), with the rule's
+  per-block step counter at 0 as at its own first block; its hooks see only its own slice, and it
+  gets its result the moment its rows are all committed. Every row keeps its own width in use and
+  grows it as it would alone, so a joined row decodes exactly as alone, provided the blocks line up
+  (``join`` refuses a member whose block boundaries would not). Greedy decoding only, for the
+  scheduler (server/scheduler.py): with sampling, rows share the generator's draws.
 - Only rows with something left to decide are computed: the cache state is cut to them.
 - Committed tokens are never re-masked or changed; the mask token and layout tags are never proposed.
 - Pure with respect to randomness: sampling (temperature > 0) draws only from the explicit
