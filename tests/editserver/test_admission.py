@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from editserver.model.infer.engine import Engine, FimRequest, SamplingOptions
+from editserver.model.infer.transformer import ContextTooLongError
 from editserver.server.metrics import Metrics
 from editserver.server.scheduler import Scheduler
 
@@ -116,3 +117,32 @@ def test_sampled_requests_never_join(engine: Engine) -> None:
     assert admitted(metrics) == 0
     for a, r in zip(alone, results, strict=True):
         assert r.completion.text == a.text
+
+
+def test_a_request_that_cannot_join_fails_alone_and_the_others_keep_their_answers(engine: Engine) -> None:
+    first, good = fim(PREFIXES[0], 40), fim(PREFIXES[2], 30)
+    too_long = fim("x = 1\n" * engine.context_length, 8)
+    alone = [engine.complete(first), engine.complete(good)]
+    gate, inside = threading.Event(), threading.Event()
+
+    def hold(module, args) -> None:
+        inside.set()
+        gate.wait(30)
+
+    handle = engine.model.layers[0].register_forward_pre_hook(hold)
+    sched = Scheduler(engine, Metrics(), max_queue=16, max_batch=8)
+    sched.start()
+    try:
+        jobs = [sched.submit(first)]
+        assert inside.wait(30)
+        jobs += [sched.submit(too_long), sched.submit(good)]
+        handle.remove()
+        gate.set()
+        with pytest.raises(ContextTooLongError):
+            jobs[1].future.result(60)
+        assert jobs[0].future.result(60).completion.text == alone[0].text
+        assert jobs[2].future.result(60).completion.text == alone[1].text
+    finally:
+        handle.remove()
+        gate.set()
+        sched.stop()
