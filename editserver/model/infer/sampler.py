@@ -225,15 +225,16 @@ def _pad_columns(c: Canvas, n: int, mask_id: int) -> Canvas:
     def more(x: torch.Tensor, fill) -> torch.Tensor:
         return torch.cat([x, torch.full((B, n), fill, dtype=x.dtype, device=dev)], dim=1)
 
-    return Canvas(
-        more(c.tokens, mask_id), more(c.fixed, True), more(c.conf, 0.0), more(c.prev, -1), more(c.real, False)
-    )
+    return Canvas(*(more(x, fill) for x, fill in zip(vars(c).values(), (mask_id, True, 0.0, -1, False))))
 
 
 def _rows_of(members: list[Member], dev: torch.device) -> torch.Tensor:
     """[b] the decode's row indices of ``members``' rows, in order."""
     idx = [i for m in members for i in range(m.at, m.at + m.size)]
     return torch.tensor(idx, dtype=torch.long, device=dev)
+
+
+_STATE = ("members", "c", "off", "n", "w", "start", "state", "sub", "sub_rows")  # what a failed join restores
 
 
 class Decode:
@@ -285,32 +286,13 @@ class Decode:
             aligned = bool((((self.start - o) % b == 0) & ((w >= n) | (w % b == 0))).all())
             if not aligned or not bool(((w0 >= lens) | (w0 % b == 0)).all()):
                 raise ValueError("the running decode's block boundaries do not line up with this request's")
-        saved = (
-            self.members,
-            self.c,
-            self.off,
-            self.n,
-            self.w,
-            self.start,
-            self.state,
-            self.sub,
-            self.sub_rows,
-        )
+        saved = {name: getattr(self, name) for name in _STATE}
         places = [(k.at, k.offset) for k in keep]
         try:
             self._rebuild(keep, m, lens, w0)
         except Exception:
-            (
-                self.members,
-                self.c,
-                self.off,
-                self.n,
-                self.w,
-                self.start,
-                self.state,
-                self.sub,
-                self.sub_rows,
-            ) = saved
+            for name, value in saved.items():
+                setattr(self, name, value)
             for k, (at, offset) in zip(keep, places):
                 k.at, k.offset = at, offset
             raise
@@ -320,7 +302,7 @@ class Decode:
         c = self.c
         if c is not None:
             rows = _rows_of(keep, c.tokens.device)
-            c = Canvas(*(x[rows] for x in (c.tokens, c.fixed, c.conf, c.prev, c.real)))
+            c = Canvas(*(x[rows] for x in vars(c).values()))
             off, n, w = self.off[rows], self.n[rows], self.w[rows]
         if m is not None:
             dev = m.rows.context.device
@@ -343,15 +325,7 @@ class Decode:
                 real, self.tokens.mask_id, torch.where(j < start, self.tokens.mask_id, self.tokens.eot_id)
             )
             new = Canvas(tok, ~real, (~real & (j >= start)).float(), torch.full_like(tok, -1), real)
-            c = Canvas(
-                *(
-                    torch.cat([x, y])
-                    for x, y in zip(
-                        (c.tokens, c.fixed, c.conf, c.prev, c.real),
-                        (new.tokens, new.fixed, new.conf, new.prev, new.real),
-                    )
-                )
-            )
+            c = Canvas(*(torch.cat([x, y]) for x, y in zip(vars(c).values(), vars(new).values())))
             off, n, w = (
                 torch.cat([off, torch.full_like(lens, start)]),
                 torch.cat([n, lens]),
@@ -360,7 +334,7 @@ class Decode:
             keep = [*keep, m]
         cut = int(off.min()) if len(off) else 0  # columns before every open row's canvas
         if cut:
-            c = Canvas(*(x[:, cut:] for x in (c.tokens, c.fixed, c.conf, c.prev, c.real)))
+            c = Canvas(*(x[:, cut:] for x in vars(c).values()))
         at = 0
         for k in keep:
             k.at, k.offset, at = at, k.offset - cut if k is not m else self.start - cut, at + k.size
