@@ -13,6 +13,9 @@ Design decisions:
   the network by accident. Bodies are capped (``max_body_bytes``, 1 MiB: a full 32K-token prompt is
   about 130 KB of JSON) and answered 413 beyond it; browsers get CORS headers only for the origins
   listed in ``allow_origins`` (none by default).
+- ``join_running`` (on; ``serve --no-join`` turns it off): queued greedy requests join the running
+  decode at its next block boundary (server/scheduler.py). Off keeps start-of-decode batching only,
+  the baseline ``bench load --compare-join`` measures against.
 - ``max_output_tokens`` caps every canvas (FIM ``max_tokens`` and the edit rewrite) so an operator can
   bound worst-case latency on a CPU; requests asking for more are clamped, and the cap is what
   ``/v1/models`` reports as ``max_output_length``.
