@@ -146,3 +146,41 @@ def test_a_request_that_cannot_join_fails_alone_and_the_others_keep_their_answer
         handle.remove()
         gate.set()
         sched.stop()
+
+
+def test_a_cancelled_joiner_stops_and_the_others_keep_their_answers(engine: Engine) -> None:
+    first, quitter, short = fim(PREFIXES[0], 40), fim(PREFIXES[1], 24), fim(PREFIXES[3], 4)
+    alone = [engine.complete(r) for r in (first, quitter, short)]
+    assert alone[1].steps > 2, "the quitter would take several blocks"
+    gate, inside = threading.Event(), threading.Event()
+
+    def hold(module, args) -> None:
+        inside.set()
+        gate.wait(30)
+
+    handle = engine.model.layers[0].register_forward_pre_hook(hold)
+    metrics = Metrics()
+    sched = Scheduler(engine, metrics, max_queue=16, max_batch=8)
+    sched.start()
+    try:
+        jobs = [sched.submit(first)]
+        assert inside.wait(30)
+        jobs += [sched.submit(quitter), sched.submit(short)]
+        # the short joiner's answer comes after one block; its client then cancels the quitter, whose
+        # rows are mid-decode (as a disconnect does, server/flow.py)
+        jobs[2].future.add_done_callback(lambda f: jobs[1].cancel.set())
+        handle.remove()
+        gate.set()
+        results = [j.future.result(60) for j in jobs]
+    finally:
+        handle.remove()
+        gate.set()
+        sched.stop()
+    assert admitted(metrics) == 2
+    assert results[1].completion.finish_reason == "cancelled"
+    assert metrics.registry.get_sample_value("editserver_cancelled_total", {"stage": "running"}) == 1
+    for i in (0, 2):
+        assert (results[i].completion.text, results[i].completion.finish_reason) == (
+            alone[i].text,
+            alone[i].finish_reason,
+        )
