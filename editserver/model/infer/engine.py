@@ -87,7 +87,8 @@ from editserver.model.infer.ensemble import done_hook
 from editserver.model.infer.layout import InPlaceLayout, layout_for
 from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
 from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
-from editserver.model.infer.sampler import Decode, Hooks, Member, SampleResult, Tokens
+from editserver.model.infer.running import Running
+from editserver.model.infer.sampler import Hooks, Member, SampleResult
 from editserver.model.infer.scoring import aggregate, layout_only
 from editserver.model.infer.transformer import ContextTooLongError
 from editserver.protocol.postprocess import settled
@@ -536,49 +537,3 @@ def line_likelihood(c: Completion) -> float:
     """log P(answer, its end) under the model, as committed: sum of log-confidences (an empty answer
     is scored by its end alone), so a longer answer must earn each extra token."""
     return sum(math.log(max(x, 1e-9)) for x in c.scored_confidences)
-
-
-class Running:
-    """A decode of requests of one plan that more can join at its block boundaries (model/infer/
-    sampler.py ``Decode``): each request's answer goes to its ``deliver`` as soon as its rows are done,
-    and equals its answer alone. Greedy plans only take joiners (``Running.admits``): sampled rows
-    share one ``torch.Generator``, so a joiner would change its neighbours' draws."""
-
-    def __init__(self, engine: Engine, plan: DecodePlan):
-        self.engine, self.plan = engine, plan
-        # read at every decode, not once at load: ``engine.inference`` may be replaced (server overrides)
-        engine.model.draft_bias = engine.inference.draft_bias
-        tok = engine.tok
-        self.decode = Decode(
-            engine.model,
-            plan,
-            Tokens(tok.mask_id, tok.eot_id, tuple(engine.suppressed_ids())),
-            generator=torch.Generator(device=engine.device).manual_seed(plan.sampling.seed),
-        )
-
-    @property
-    def admits(self) -> bool:
-        """Whether requests may join once it runs: greedy decoding draws nothing from the generator."""
-        return self.plan.sampling.temperature <= 0
-
-    @property
-    def open(self) -> int:
-        """Requests still decoding."""
-        return len(self.decode.open)
-
-    @property
-    def steps(self) -> int:
-        return self.decode.steps
-
-    def join(self, req: FimRequest | EditRequest, deliver: Callable[[Completion], None]) -> None:
-        """Add ``req``; ValueError (ContextTooLongError, PromptError) when it cannot join, the decode
-        unchanged. Once running, only at a block boundary (inside ``run``'s ``admit``)."""
-        if self.engine.plan(req) != self.plan:
-            raise ValueError("a batch holds requests of one decode plan")
-        if self.decode.running and not self.admits:
-            raise ValueError("a sampled decode takes no requests once it runs")
-        self.decode.join(self.engine._member(req, self.plan, deliver))
-
-    def run(self, admit: Callable[[Running], None] | None = None) -> None:
-        """Decode to the end; ``admit(self)`` at each block boundary may ``join`` more requests."""
-        self.decode.run(None if admit is None or not self.admits else lambda _: admit(self))
