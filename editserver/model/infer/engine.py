@@ -39,7 +39,7 @@ Design decisions:
   model/infer/quant.py) changes the weights, not the engine.
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
   masked); ``complete`` is the batch of one. ``open(plan)`` starts such a batch that requests can
-  join while it runs, at its block boundaries (``Running``, sampler.py ``Decode``), each answer
+  join while it runs, at its block boundaries (model/infer/running.py), each answer
   delivered as soon as its request is done: the server's scheduler (server/scheduler.py).
 - A single-line FIM request (its stops include "\n") is also decoded on the checkpoint's
   ``line_canvases`` shorter than its own canvas, as extra rows of the same batch, and the answer the
