@@ -15,7 +15,12 @@ Design decisions:
   the server dropped silently also shows up as lost.
 - ``--compare-max-batch 1,8`` runs the same load against one self-started server per value, back to
   back in one invocation, and reports throughput relative to the first (ratios, not absolute claims:
-  absolute figures depend on what else the machine is doing).
+  absolute figures depend on what else the machine is doing). ``--compare-join`` does the same with
+  and without ``serve --no-join`` (step-level admission, server/scheduler.py), and p95 relative to
+  the first too.
+- ``--prompts N`` cycles each kind through N distinct prompts, and the report says whether every
+  prompt got one answer (``same_answers`` across the compared servers): greedy answers must not
+  depend on what a request was batched with.
 """
 
 from __future__ import annotations
@@ -147,6 +152,8 @@ class LoadReport:
     server_answered: int | None = None  # the server's own count for the load's endpoints
     completion_tokens: int = 0
     latencies_ms: list[float] = field(default_factory=list, repr=False)
+    # prompt ("fim0", "edit3", ...) -> the distinct answers it got: greedy answers never vary
+    answers: dict[str, set[str]] = field(default_factory=dict, repr=False)
 
     @property
     def throughput_rps(self) -> float:
@@ -158,7 +165,7 @@ class LoadReport:
         def pct(p: float) -> float | None:
             return round(lat[min(len(lat) - 1, int(p * len(lat)))], 1) if lat else None
 
-        d = {k: v for k, v in asdict(self).items() if k != "latencies_ms"}
+        d = {k: v for k, v in asdict(self).items() if k not in ("latencies_ms", "answers")}
         d.update(
             throughput_rps=round(self.throughput_rps, 2),
             tokens_per_s=round(self.completion_tokens / self.elapsed_s, 1) if self.elapsed_s else 0.0,
@@ -167,11 +174,24 @@ class LoadReport:
             max_ms=round(lat[-1], 1) if lat else None,
             mean_ms=round(statistics.fmean(lat), 1) if lat else None,
             error_count=sum(self.errors.values()),
+            most_answers_per_prompt=max((len(v) for v in self.answers.values()), default=0),
         )
         return d
 
 
 ENDPOINTS = {"fim": "/v1/fim/completions", "edit": "/v1/edit/completions"}
+
+
+def _variant(kind: str, body: dict, j: int) -> dict:
+    """Prompt ``j`` of a kind: prompt 0 is the body itself, later ones differ in their text (a FIM
+    prefix with ``j`` more lines, an edit whose call has other numbers), so answers differ in length."""
+    if j == 0:
+        return body
+    if kind == "fim":
+        extra = "".join(f'    data.setdefault("key{m}", {m})\n' for m in range(j))
+        return {**body, "prompt": body["prompt"] + extra}
+    content = body["messages"][0]["content"].replace("area(2, ", f"area({j + 2}, ")
+    return {**body, "messages": [{"role": "user", "content": content}]}
 
 
 def _answered(metrics_text: str) -> int:
@@ -192,6 +212,7 @@ async def run_load(
     max_tokens: int = 32,
     timeout: float = 120.0,
     api_key: str | None = None,
+    prompts: int = 1,
 ) -> LoadReport:
     import httpx
 
@@ -218,6 +239,7 @@ async def run_load(
         },
     }
     kinds = ["fim", "edit"] if kind == "mixed" else [kind]
+    variants = {k: [_variant(k, bodies[k], j) for j in range(prompts)] for k in kinds}
     limits = httpx.Limits(max_connections=clients + 2)
     async with httpx.AsyncClient(base_url=url, timeout=timeout, headers=headers, limits=limits) as http:
         before = _answered((await http.get("/metrics")).text)
@@ -229,11 +251,12 @@ async def run_load(
             n = i  # stagger the kinds across clients
             while time.perf_counter() < deadline:
                 k = kinds[n % len(kinds)]
+                j = (n // len(kinds)) % prompts
                 n += 1
                 report.sent += 1
                 start = time.perf_counter()
                 try:
-                    r = await http.post(ENDPOINTS[k], json=bodies[k])
+                    r = await http.post(ENDPOINTS[k], json=variants[k][j])
                 except httpx.HTTPError:
                     report.lost += 1
                     continue
@@ -242,7 +265,11 @@ async def run_load(
                     continue
                 report.completed += 1
                 report.latencies_ms.append((time.perf_counter() - start) * 1000)
-                report.completion_tokens += r.json()["usage"]["completion_tokens"]
+                body = r.json()
+                report.completion_tokens += body["usage"]["completion_tokens"]
+                choice = body["choices"][0]
+                text = choice["text"] if k == "fim" else choice["message"]["content"]
+                report.answers.setdefault(f"{k}{j}", set()).add(text)
 
         await asyncio.gather(*(client(i) for i in range(clients)))
         report.elapsed_s = time.perf_counter() - t0
@@ -271,6 +298,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="1,8",
         help="start one server per --max-batch value and compare them in one run",
     )
+    p.add_argument(
+        "--prompts",
+        type=int,
+        default=1,
+        help="distinct prompts per kind the clients cycle through (default 1)",
+    )
+    p.add_argument(
+        "--compare-join",
+        action="store_true",
+        help="start a server with --no-join and one without, and compare them in one run",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the report here")
     p.set_defaults(func=run)
 
@@ -278,7 +316,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     def go(url: str) -> LoadReport:
         return asyncio.run(
-            run_load(url, args.clients, args.duration, args.kind, args.max_tokens, args.timeout, args.api_key)
+            run_load(
+                url,
+                args.clients,
+                args.duration,
+                args.kind,
+                args.max_tokens,
+                args.timeout,
+                args.api_key,
+                args.prompts,
+            )
         )
 
     reports: list[LoadReport] = []
@@ -291,6 +338,8 @@ def run(args: argparse.Namespace) -> int:
         variants = (
             [[]] if not args.compare_max_batch else [["--max-batch", str(b)] for b in args.compare_max_batch]
         )
+        if args.compare_join:
+            variants = [[*v, "--no-join"] for v in variants] + variants
         for extra in variants:  # one server per variant, same load, back to back in this one run
             try:
                 with LocalServer(base + extra, threads=args.threads) as server:
@@ -305,8 +354,17 @@ def run(args: argparse.Namespace) -> int:
         runs = [{"server": label, **r.summary()} for label, r in zip(labels, reports, strict=True)]
         first = runs[0]["throughput_rps"] or float("nan")
         out = {"runs": runs, "throughput_vs_first": [round(r["throughput_rps"] / first, 2) for r in runs]}
+        p95 = runs[0]["p95_ms"] or float("nan")
+        out["p95_vs_first"] = [round((r["p95_ms"] or float("nan")) / p95, 2) for r in runs]
+        # every prompt got one answer across all servers (greedy decoding: batching must not change it)
+        union: dict[str, set[str]] = {}
+        for r in reports:
+            for key, texts in r.answers.items():
+                union.setdefault(key, set()).update(texts)
+        out["same_answers"] = all(len(v) == 1 for v in union.values())
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     ok = all(not r.errors and r.lost == 0 and r.server_answered in (None, r.sent) for r in reports)
+    ok = ok and out.get("same_answers", True)
     return 0 if ok else 1

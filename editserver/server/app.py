@@ -86,7 +86,7 @@ def create_app(settings: Settings, engine: Engine | None = None, metrics: Metric
     _with_overrides(engine, settings)
     metrics = metrics if metrics is not None else Metrics()
     metrics.ready.set(1)  # the model is loaded (replica.py shows 0 before, and while draining)
-    scheduler = Scheduler(engine, metrics, settings.max_queue, settings.max_batch)
+    scheduler = Scheduler(engine, metrics, settings.max_queue, settings.max_batch, settings.join_running)
     cap = min(settings.max_output_tokens or engine.max_output_tokens, engine.max_output_tokens)
     served = Served(
         settings=settings,

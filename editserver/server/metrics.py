@@ -98,7 +98,13 @@ class Metrics:
         self.queue_depth = Gauge("editserver_queue_depth", "requests waiting for the model", registry=r)
         self.running = Gauge("editserver_running_requests", "requests being decoded", registry=r)
         self.batch_size = Histogram(
-            "editserver_batch_size", "requests decoded together", buckets=BATCH_BUCKETS, registry=r
+            "editserver_batch_size",
+            "requests one decode answered: those it started with and those that joined it",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.admitted = Counter(
+            "editserver_admitted", "requests that joined a running decode at a block boundary", registry=r
         )
         self.cancelled = Counter(
             "editserver_cancelled", "requests whose client went away", ["stage"], registry=r
@@ -113,11 +119,14 @@ class Metrics:
             "editserver_fim_outcomes", "FIM answers by outcome", ["outcome"], registry=r
         )
 
-    def observe_batch(self, kind: str, completions: list[Completion], seconds: float) -> None:
+    def observe_batch(
+        self, kind: str, completions: list[Completion], seconds: float, steps: int | None = None
+    ) -> None:
+        """One decode: its answers, its time and its steps (None: the first answer's, one loop for all)."""
         self.inference.labels(kind).observe(seconds)
         self.batch_size.observe(len(completions))
         if completions:
-            self.steps.labels(kind).inc(completions[0].steps)  # one loop for the whole batch
+            self.steps.labels(kind).inc(completions[0].steps if steps is None else steps)
         for c in completions:
             self.prompt_tokens.labels(kind).inc(c.prompt_tokens)
             self.completion_tokens.labels(kind).inc(c.completion_tokens)

@@ -20,6 +20,9 @@ Design decisions:
   the network by accident. Bodies are capped (``max_body_bytes``, 1 MiB: a full 32K-token prompt is
   about 130 KB of JSON) and answered 413 beyond it; browsers get CORS headers only for the origins
   listed in ``allow_origins`` (none by default).
+- ``join_running`` (on; ``serve --no-join`` turns it off): queued greedy requests join the running
+  decode at its next block boundary (server/scheduler.py). Off keeps start-of-decode batching only,
+  the baseline ``bench load --compare-join`` measures against.
 - ``max_output_tokens`` caps every canvas (FIM ``max_tokens`` and the edit rewrite) so an operator can
   bound worst-case latency on a CPU; requests asking for more are clamped, and the cap is what
   ``/v1/models`` reports as ``max_output_length``.
@@ -83,6 +86,13 @@ class Settings:
     )
     max_batch: int = opt(
         8, "compatible queued requests decoded together in one batch", metavar="N", group=REQUESTS
+    )
+    join_running: bool = opt(
+        True,
+        "queued requests wait for the running decode to end instead of joining it at a block boundary",
+        flag="--no-join",
+        negate=True,
+        group=REQUESTS,
     )
     max_output_tokens: int | None = opt(
         None, "cap on every canvas (default: the engine's limit, 1024)", metavar="N", group=REQUESTS

@@ -51,6 +51,10 @@ class Rows:
     canvas_pos: torch.Tensor | None = None  # [B] rotary position of the canvas start (None: after context)
     suffix: torch.Tensor | None = None  # [B, Ls] right-padded: text after the canvas (in-place infill)
     suffix_lens: torch.Tensor | None = None  # [B]
+    # [B] canvas index where each row's own canvas starts (None: 0). A row that joined a running decode
+    # (sampler.py ``Decode.join``) starts at the block the others had reached; the positions before
+    # are not part of its sequence: key-masked (own transformer) or left out (in-place families)
+    canvas_from: torch.Tensor | None = None
 
     def select(self, idx: torch.Tensor) -> Rows:
         """Rows ``idx`` [b] alone."""
@@ -58,6 +62,40 @@ class Rows:
 
     def with_canvas_lens(self, lens: torch.Tensor) -> Rows:
         return replace(self, canvas_lens=lens)
+
+    def canvas_start(self) -> torch.Tensor:
+        """[B] rotary position of canvas index 0: shifted back by ``canvas_from``, so the row's own first
+        canvas token keeps the position it has alone."""
+        pos = self.context_lens if self.canvas_pos is None else self.canvas_pos
+        return pos if self.canvas_from is None else pos - self.canvas_from
+
+    @staticmethod
+    def cat(parts: list[Rows], pad: int) -> Rows:
+        """The rows of ``parts`` in order, contexts and suffixes right-padded with ``pad``."""
+
+        def padded(xs: list[torch.Tensor]) -> torch.Tensor:
+            L = max(x.shape[1] for x in xs)
+            return torch.cat([torch.nn.functional.pad(x, (0, L - x.shape[1]), value=pad) for x in xs])
+
+        def joined(name: str, default) -> torch.Tensor | None:
+            xs = [getattr(p, name) for p in parts]
+            if all(x is None for x in xs):
+                return None
+            return torch.cat([default(p) if x is None else x for p, x in zip(parts, xs)])
+
+        has_suffix = any(p.suffix is not None for p in parts)
+        dev = parts[0].context.device
+        return Rows(
+            padded([p.context for p in parts]),
+            torch.cat([p.context_lens for p in parts]),
+            joined("canvas_lens", lambda p: torch.full_like(p.context_lens, -1)),
+            joined("canvas_pos", lambda p: p.context_lens),
+            padded([p.suffix if p.suffix is not None else p.context[:, :0] for p in parts])
+            if has_suffix
+            else None,
+            joined("suffix_lens", lambda p: torch.zeros_like(p.context_lens)) if has_suffix else None,
+            joined("canvas_from", lambda p: torch.zeros(len(p.context_lens), dtype=torch.long, device=dev)),
+        )
 
 
 class CachePolicy(Protocol):
@@ -110,7 +148,7 @@ def _reused_context(model: Transformer, rows: Rows, store: PrefixStore) -> KVCac
     ids = [rows.context[b, : lens[b]] for b in range(len(lens))]
     found = [store.lookup(x) for x in ids]
     if not any(found):  # nothing to reuse: one batched pass, as without a store
-        kv = model.encode_context(rows.context, rows.context_lens, rows.canvas_pos)
+        kv = model.encode_context(rows.context, rows.context_lens, rows.canvas_start())
         for b, x in enumerate(ids):
             store.put(x, _row_kv(list(zip(kv.keys, kv.values)), b, lens[b]))
         return kv
@@ -129,8 +167,7 @@ def _reused_context(model: Transformer, rows: Rows, store: PrefixStore) -> KVCac
     valid = (
         torch.arange(rows.context.shape[1], device=rows.context.device)[None, :] < rows.context_lens[:, None]
     )
-    pos = rows.context_lens if rows.canvas_pos is None else rows.canvas_pos
-    return KVCache([k for k, _ in kv], [v for _, v in kv], valid, rows.context_lens, pos)
+    return KVCache([k for k, _ in kv], [v for _, v in kv], valid, rows.context_lens, rows.canvas_start())
 
 
 @dataclass(frozen=True)
@@ -147,10 +184,10 @@ class ContextCache:
 
     def prepare(self, model: Transformer, rows: Rows) -> KVCache:
         if self.store is None:
-            kv = model.encode_context(rows.context, rows.context_lens, rows.canvas_pos)
+            kv = model.encode_context(rows.context, rows.context_lens, rows.canvas_start())
         else:
             kv = _reused_context(model, rows, self.store)
-        return replace(kv, canvas_lens=rows.canvas_lens)
+        return replace(kv, canvas_lens=rows.canvas_lens, canvas_from=rows.canvas_from)
 
     def logits(
         self,
@@ -178,6 +215,8 @@ class NoCache:
     def prepare(self, model: Transformer, rows: Rows) -> Rows:
         if not bool((rows.context_lens == rows.context.shape[1]).all()):
             raise ValueError("NoCache needs rows of equal context length")
+        if rows.canvas_from is not None and bool((rows.canvas_from > 0).any()):
+            raise ValueError("NoCache decodes rows that start together (no joining a running decode)")
         return rows
 
     @torch.no_grad()
@@ -214,7 +253,9 @@ class InPlaceState:
     slot: torch.Tensor  # [B, L] canvas index of each canvas slot (0 elsewhere)
     on_canvas: torch.Tensor  # [B, L] bool
     valid: torch.Tensor  # [B, L] bool: not padding
-    start: torch.Tensor  # [B] sequence index of each row's first canvas token
+    start: (
+        torch.Tensor
+    )  # [B] sequence index of canvas index 0 (a row's first canvas token, unless it joined late)
     kv: list | None = None  # DualCache: every layer's keys/values of the last refresh
     block: tuple[int, int] | None = None  # DualCache: the block those keys/values were computed for
 
@@ -246,6 +287,8 @@ def in_place(rows: Rows) -> InPlaceState:
         suffix, ls = torch.zeros((B, 1), dtype=torch.long, device=dev), torch.zeros_like(lp)
     else:
         suffix, ls = rows.suffix, rows.suffix_lens
+    # a row that joined a running decode: its canvas index ``off`` is its own position 0
+    off = rows.canvas_from if rows.canvas_from is not None else torch.zeros_like(lp)
     total = lp + cl + ls  # [B]
     pos = torch.arange(int(total.max()), device=dev)[None, :]  # [1, L]
     in_prefix = pos < lp[:, None]
@@ -254,8 +297,9 @@ def in_place(rows: Rows) -> InPlaceState:
     pre = rows.context.gather(1, pos.clamp_max(Lc - 1).expand(B, -1))
     suf = suffix.gather(1, (pos - (lp + cl)[:, None]).clamp(0, suffix.shape[1] - 1))
     static = torch.where(in_prefix, pre, torch.where(in_suffix, suf, 0))
-    slot = (pos - lp[:, None]).clamp_min(0) * on_canvas
-    return InPlaceState(static, slot, on_canvas, pos < total[:, None], lp)
+    slot = (pos - lp[:, None] + off[:, None]).clamp_min(0) * on_canvas
+    # ``start`` is where canvas index 0 would sit, so canvas index j reads sequence index start + j
+    return InPlaceState(static, slot, on_canvas, pos < total[:, None], lp - off)
 
 
 def _read(model: torch.nn.Module, state: InPlaceState, h: torch.Tensor, only: slice, want: torch.Tensor):

@@ -38,7 +38,9 @@ Design decisions:
   policy a store of recent contexts' keys/values; weight-only int8 (``Engine.load(quantize="int8")``,
   model/infer/quant.py) changes the weights, not the engine.
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
-  masked); ``complete`` is the batch of one.
+  masked); ``complete`` is the batch of one. ``open(plan)`` starts such a batch that requests can
+  join while it runs, at its block boundaries (model/infer/running.py), each answer
+  delivered as soon as its request is done: the server's scheduler (server/scheduler.py).
 - A single-line FIM request (its stops include "\n") is also decoded on the checkpoint's
   ``line_canvases`` shorter than its own canvas, as extra rows of the same batch, and the answer the
   model finds likeliest wins: the highest sum of log-confidences over what the score aggregates
@@ -85,7 +87,8 @@ from editserver.model.infer.ensemble import done_hook
 from editserver.model.infer.layout import InPlaceLayout, layout_for
 from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
 from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
-from editserver.model.infer.sampler import Hooks, SampleResult, Tokens, denoise
+from editserver.model.infer.running import Running
+from editserver.model.infer.sampler import Hooks, Member, SampleResult
 from editserver.model.infer.scoring import aggregate, layout_only
 from editserver.model.infer.transformer import ContextTooLongError
 from editserver.protocol.postprocess import settled
@@ -302,17 +305,41 @@ class Engine:
         plan = self.plan(reqs[0])
         if any(self.plan(r) != plan for r in reqs[1:]):
             raise ValueError("a batch holds requests of one decode plan")
-        rows: list[FimRequest | EditRequest] = list(reqs)
-        groups = [[i] for i in range(len(reqs))]  # each request's rows, its own canvas first
+        run = self.open(plan)
+        out: list[Completion | None] = [None] * len(reqs)
         for i, r in enumerate(reqs):
-            own = self._fim_canvas(r) if isinstance(r, FimRequest) else 0
-            for n in plan.line_canvases:
-                if n < own:
-                    groups[i].append(len(rows))
-                    rows.append(dataclasses.replace(r, max_tokens=n))
-        outs = self._decode(rows, plan, groups)
-        # max keeps the first of equals: a tie goes to the request's own canvas
-        return [max((outs[j] for j in g), key=line_likelihood) for g in groups]
+            run.join(r, functools.partial(out.__setitem__, i))
+        run.run()
+        return out
+
+    def open(self, plan: DecodePlan) -> Running:
+        """A decode of requests planned ``plan`` that more can join while it runs (``Running``)."""
+        return Running(self, plan)
+
+    def _member(self, req: FimRequest | EditRequest, plan: DecodePlan, deliver: Callable) -> Member:
+        """The rows of one request (its own canvas first, then its extra one-line canvases) as a member
+        of a decode; ``deliver`` gets its answer once they are done: the likeliest of its rows'."""
+        t0 = time.perf_counter()
+        rows: list[FimRequest | EditRequest] = [req]
+        own = self._fim_canvas(req) if isinstance(req, FimRequest) else 0
+        rows += [dataclasses.replace(req, max_tokens=n) for n in plan.line_canvases if n < own]
+        contexts, suffixes, canvas_lens, parsed, dropped = self._layout(rows)
+        canvas_len = max(canvas_lens)
+        first = None
+        if plan.kind != "edit" and not plan.fixed_canvas:  # the canvas grows (module docstring)
+            start = self.inference.line_max_tokens if plan.kind == "line" else self.inference.fim_max_tokens
+            first = max(min(n, start) for n in canvas_lens)
+        for ctx, suf in zip(contexts, suffixes):
+            self._check_fits(len(ctx) + len(suf or ()), canvas_len if first is None else first)
+
+        def done(m: Member) -> None:
+            latency = time.perf_counter() - t0
+            outs = self._completions(m.result, rows, contexts, canvas_lens, parsed, dropped, latency)
+            # max keeps the first of equals: a tie goes to the request's own canvas
+            deliver(max(outs, key=line_likelihood))
+
+        hooks = self._hooks(rows, contexts, [list(range(len(rows)))])
+        return Member(self._rows(contexts, canvas_lens, suffixes), canvas_len, first, hooks, done)
 
     def _layout(self, reqs: list[FimRequest | EditRequest]) -> tuple[list, list, list[int], list, list[int]]:
         """Each row's context ids, suffix ids (or None), canvas length, parsed edit prompt (None for
@@ -370,31 +397,17 @@ class Engine:
             should_stop=(o.cancel.is_set if o.cancel is not None else None),
         )
 
-    def _decode(
-        self, reqs: list[FimRequest | EditRequest], plan: DecodePlan, groups: list[list[int]]
+    def _completions(
+        self,
+        res: SampleResult,
+        reqs: list,
+        contexts: list,
+        canvas_lens: list,
+        parsed: list,
+        dropped: list,
+        latency,
     ) -> list[Completion]:
-        t0 = time.perf_counter()
-        contexts, suffixes, canvas_lens, parsed, dropped = self._layout(reqs)
-        canvas_len = max(canvas_lens)
-        first = None
-        if plan.kind != "edit" and not plan.fixed_canvas:  # the canvas grows (module docstring)
-            start = self.inference.line_max_tokens if plan.kind == "line" else self.inference.fim_max_tokens
-            first = max(min(n, start) for n in canvas_lens)
-        for ctx, suf in zip(contexts, suffixes):
-            self._check_fits(len(ctx) + len(suf or ()), canvas_len if first is None else first)
-        # read at every decode, not once at load: ``self.inference`` may be replaced (server overrides)
-        self.model.draft_bias = self.inference.draft_bias
-        res = denoise(
-            self.model,
-            self._rows(contexts, canvas_lens, suffixes),
-            canvas_len,
-            plan,
-            Tokens(self.tok.mask_id, self.tok.eot_id, tuple(self.suppressed_ids())),
-            first_width=first,
-            generator=torch.Generator(device=self.device).manual_seed(plan.sampling.seed),
-            hooks=self._hooks(reqs, contexts, groups),
-        )
-        latency = time.perf_counter() - t0
+        """Each row of a member's result as a completion."""
         out = []
         for i, r in enumerate(reqs):
             c = self._completion(res, i, r, len(contexts[i]), canvas_lens[i], latency)

@@ -6,8 +6,8 @@ Alg. 2 with low-confidence remasking). Design decisions:
 - Everything variable is a piece of the plan (model/infer/plan.py): the unmasking rule
   (model/infer/rules.py), the cache policy (model/infer/cache.py), the block size, sampling. The loop
   never branches on the model family or on the request kind.
-- ``step`` is one model call and one rule decision; ``denoise`` runs blocks of steps and applies them.
-  Callers observe it through ``Hooks``: ``observe`` sees the canvas after every step (streaming,
+- ``step`` is one model call and one rule decision; ``Decode.run`` runs blocks of steps and applies
+  them (``denoise`` is a decode of one caller). Callers observe it through ``Hooks``: ``observe`` sees the canvas after every step (streaming,
   recording), ``done`` ends rows early (a stop sequence in the committed text, an ensemble row that can
   no longer win), ``draft`` gives a ``canvas_draft`` model its region tokens, ``should_stop`` cancels.
 - Semi-autoregressive blocks: the canvas is decoded block by block, left to right; inside a block
@@ -22,6 +22,14 @@ Alg. 2 with low-confidence remasking). Design decisions:
   of the longest; a shorter row's extra positions start committed as end-of-text and no position
   attends to them (a key mask), so every row decodes as it would alone: the canvas length is a length
   prior, and a suggestion must not depend on which requests it shared a batch with.
+- Joining and leaving (``Decode``): a caller's rows (a ``Member``) may join a running decode at a block
+  boundary, on canvas positions from that block on (``Rows.canvas_from``: key-masked and rotary-
+  shifted on the own transformer, left out of the sequence on in-place families), with the rule's
+  per-block step counter at 0 as at its own first block; its hooks see only its own slice, and it
+  gets its result the moment its rows are all committed. Every row keeps its own width in use and
+  grows it as it would alone, so a joined row decodes exactly as alone, provided the blocks line up
+  (``join`` refuses a member whose block boundaries would not). Greedy decoding only, for the
+  scheduler (server/scheduler.py): with sampling, rows share the generator's draws.
 - Only rows with something left to decide are computed: the cache state is cut to them.
 - Committed tokens are never re-masked or changed; the mask token and layout tags are never proposed.
 - Pure with respect to randomness: sampling (temperature > 0) draws only from the explicit
@@ -31,7 +39,7 @@ Alg. 2 with low-confidence remasking). Design decisions:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -186,16 +194,294 @@ def _apply(
     c.conf[fill_after_eot(c.tokens, c.fixed, eot)] = 1.0
 
 
-def _new_canvas(rows: Rows, N: int, width: int, tokens: Tokens, dev: torch.device) -> Canvas:
-    B = rows.context.shape[0]
-    lens = torch.full((B,), N, device=dev) if rows.canvas_lens is None else rows.canvas_lens
-    if bool((lens > N).any()) or bool((lens < 1).any()):
-        raise ValueError(f"canvas_lens must lie in [1, {N}]")
-    real = torch.arange(N, device=dev)[None, :] < lens[:, None]  # [B, N]
-    # a shorter row's padding starts as committed end-of-text (nothing to decide there)
-    tokens_ = torch.where(real, tokens.mask_id, tokens.eot_id)
-    prev = torch.full((B, N), -1, dtype=torch.long, device=dev)
-    return Canvas(tokens_, ~real, (~real).float(), prev, real)
+@dataclass
+class Member:
+    """One caller's rows in a decode (a request and its extra one-line canvases), decoded as if alone:
+    its hooks see its rows and canvas only, and ``on_done`` gets its result once its rows are done."""
+
+    rows: Rows  # its rows, in its own canvas coordinates
+    canvas_len: int  # N of its canvas; ``rows.canvas_lens[b]`` for row b
+    first_width: int | None = None  # its canvas's first width (None: all of it at once)
+    hooks: Hooks = field(default_factory=Hooks)
+    on_done: Callable[[Member], None] | None = None
+    result: SampleResult | None = None
+    # set by the decode: its first row, its canvas start (the block it joined at), its counts
+    at: int = 0
+    offset: int = 0
+    steps: int = 0
+    row_steps: int = 0
+    calls: int = 0
+    cancelled: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.rows.context.shape[0]
+
+
+def _pad_columns(c: Canvas, n: int, mask_id: int) -> Canvas:
+    """``c`` with ``n`` more positions per row, outside every row's canvas (committed, never read)."""
+    B, dev = c.tokens.shape[0], c.tokens.device
+
+    def more(x: torch.Tensor, fill) -> torch.Tensor:
+        return torch.cat([x, torch.full((B, n), fill, dtype=x.dtype, device=dev)], dim=1)
+
+    return Canvas(*(more(x, fill) for x, fill in zip(vars(c).values(), (mask_id, True, 0.0, -1, False))))
+
+
+def _rows_of(members: list[Member], dev: torch.device) -> torch.Tensor:
+    """[b] the decode's row indices of ``members``' rows, in order."""
+    idx = [i for m in members for i in range(m.at, m.at + m.size)]
+    return torch.tensor(idx, dtype=torch.long, device=dev)
+
+
+_STATE = ("members", "c", "off", "n", "w", "start", "state", "sub", "sub_rows")  # what a failed join restores
+
+
+class Decode:
+    """The denoising loop's state, run block by block; members join at block boundaries and leave
+    (``on_done``) as soon as their rows are done.
+
+    Rows sit on one canvas [B, N]. A member that joins when the decode is at block ``start`` gets
+    canvas positions ``[start, start + its N)``: its block k is the decode's block at ``start`` plus
+    k blocks, the rule's per-block step counter is 0 there as at its own first block, the positions
+    before ``start`` are committed and outside its canvas (``Canvas.real``; ``Rows.canvas_from`` for the
+    cache policy), and its hooks see its own slice. Each row keeps its own canvas width in use
+    (``w``, grown as it grows alone), so a member decodes exactly as it would alone, provided its
+    block boundaries line up with the running rows' (``join`` refuses it otherwise).
+    """
+
+    def __init__(self, model: torch.nn.Module, plan: DecodePlan, tokens: Tokens, generator=None):
+        self.model, self.plan, self.tokens, self.generator = model, plan, tokens, generator
+        self.members: list[Member] = []  # in row order; done members leave at the next re-prepare
+        self.c: Canvas | None = None
+        self.off = self.n = self.w = None  # [B] canvas start, canvas length, width in use (own coordinates)
+        self.start = 0  # the next block's first canvas position
+        self.state = self.sub = self.sub_rows = None
+        self.steps = 0
+        self.running = False  # joins before ``run`` prepare once, when it starts
+        self.hooks = Hooks(observe=self._observe, done=self._done, draft=self._draft)
+
+    @property
+    def open(self) -> list[Member]:
+        """Members whose rows are still decoding."""
+        return [m for m in self.members if m.result is None]
+
+    # ---- joining -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def join(self, m: Member) -> None:
+        """Add ``m`` at the current block boundary. ValueError, leaving the decode as it was, when it
+        cannot join: a canvas length out of range, block boundaries that would not line up with the
+        running rows' (a member decodes as alone only on its own block boundaries), or rows the cache
+        policy cannot hold beside the others."""
+        dev, b = m.rows.context.device, self.plan.block_size
+        N = m.canvas_len
+        lens = torch.full((m.size,), N, device=dev) if m.rows.canvas_lens is None else m.rows.canvas_lens
+        if bool((lens > N).any()) or bool((lens < 1).any()):
+            raise ValueError(f"canvas_lens must lie in [1, {N}]")
+        w0 = lens if m.first_width is None else lens.clamp_max(max(1, m.first_width))
+        keep = self.open
+        if self.start > 0 and keep:
+            idx = _rows_of(keep, dev)
+            o, w, n = self.off[idx], self.w[idx], self.n[idx]
+            aligned = bool((((self.start - o) % b == 0) & ((w >= n) | (w % b == 0))).all())
+            if not aligned or not bool(((w0 >= lens) | (w0 % b == 0)).all()):
+                raise ValueError("the running decode's block boundaries do not line up with this request's")
+        saved = {name: getattr(self, name) for name in _STATE}
+        places = [(k.at, k.offset) for k in keep]
+        try:
+            self._rebuild(keep, m, lens, w0)
+        except Exception:
+            for name, value in saved.items():
+                setattr(self, name, value)
+            for k, (at, offset) in zip(keep, places):
+                k.at, k.offset = at, offset
+            raise
+
+    def _rebuild(self, keep: list[Member], m: Member | None, lens=None, w0=None) -> None:
+        """Drop done members, add ``m`` at ``start``, cut the columns no open row uses, re-prepare."""
+        c = self.c
+        if c is not None:
+            rows = _rows_of(keep, c.tokens.device)
+            c = Canvas(*(x[rows] for x in vars(c).values()))
+            off, n, w = self.off[rows], self.n[rows], self.w[rows]
+        if m is not None:
+            dev = m.rows.context.device
+            N, start = m.canvas_len, self.start
+            if c is None:
+                c = Canvas(
+                    *(
+                        torch.zeros((0, 0), dtype=t, device=dev)
+                        for t in (torch.long, torch.bool, torch.float, torch.long, torch.bool)
+                    )
+                )
+                off = n = w = torch.zeros(0, dtype=torch.long, device=dev)
+            if c.tokens.shape[1] < start + N:
+                c = _pad_columns(c, start + N - c.tokens.shape[1], self.tokens.mask_id)
+            W = c.tokens.shape[1]
+            j = torch.arange(W, device=dev)[None, :]
+            real = (j >= start) & (j < start + lens[:, None])  # [b, W]
+            # before its start: committed but not end-of-text; after its canvas: end-of-text padding
+            tok = torch.where(
+                real, self.tokens.mask_id, torch.where(j < start, self.tokens.mask_id, self.tokens.eot_id)
+            )
+            new = Canvas(tok, ~real, (~real & (j >= start)).float(), torch.full_like(tok, -1), real)
+            c = Canvas(*(torch.cat([x, y]) for x, y in zip(vars(c).values(), vars(new).values())))
+            off, n, w = (
+                torch.cat([off, torch.full_like(lens, start)]),
+                torch.cat([n, lens]),
+                torch.cat([w, w0]),
+            )
+            keep = [*keep, m]
+        cut = int(off.min()) if len(off) else 0  # columns before every open row's canvas
+        if cut:
+            c = Canvas(*(x[:, cut:] for x in vars(c).values()))
+        at = 0
+        for k in keep:
+            k.at, k.offset, at = at, k.offset - cut if k is not m else self.start - cut, at + k.size
+        self.c, self.off, self.n, self.w, self.start = c, off - cut, n, w, self.start - cut
+        self.members = keep
+        self.state = None
+        if self.running:  # a failing join must fail here, before the decode goes on
+            self._prepare()
+
+    def _prepare(self) -> None:
+        """The cache policy's state for the rows at their current widths (``plan.cache.prepare``)."""
+        parts = Rows.cat([k.rows for k in self.members], self.tokens.eot_id)
+        parts = replace(parts, canvas_lens=self.w.minimum(self.n), canvas_from=self.off)
+        self.state = self.plan.cache.prepare(self.model, parts)
+        self.sub, self.sub_rows = self.state, torch.arange(len(self.off), device=self.off.device)
+
+    # ---- the loop ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def run(self, admit: Callable[[Decode], None] | None = None) -> None:
+        """Decode until every member is done; ``admit`` is called at each block boundary after the
+        first (it may ``join`` members there)."""
+        b = self.plan.block_size
+        self.running = True
+        if self.state is None and self.open:
+            self._prepare()
+        while self.open:
+            if self.start > 0 and admit is not None:
+                admit(self)
+            t = self.start - self.off  # [B] each row's own position of this block
+            grow = ~self.c.fixed.all(dim=1) & (t >= self.w) & (self.w < self.n)  # [B]
+            if bool(grow.any()):  # a row wrote to the end of its width: a block more (module docstring)
+                for m in self.open:
+                    m.calls += int(bool(grow[m.at : m.at + m.size].any()))
+                self.w = torch.where(grow, (self.w + b).minimum(self.n), self.w)
+                self._rebuild(self.open, None)
+            width = int((self.off + self.w.minimum(self.n)).max())
+            if self.start >= width:
+                raise RuntimeError("no row has a block left, yet some are open")
+            self._block(slice(self.start, min(width, self.start + b)), width)
+            self.start = min(width, self.start + b)
+
+    def _block(self, blk: slice, width: int) -> None:
+        """Steps on block ``blk`` until every row has committed it (or left)."""
+        c, k, B = self.c, 0, self.c.tokens.shape[0]
+        while bool((active := ~c.fixed[:, blk]).any()):
+            self._cancel()
+            active = ~c.fixed[:, blk]
+            live = active.any(dim=1).nonzero().squeeze(1)  # [b] rows with something to decide
+            if len(live) == 0:
+                break
+            if not bool(torch.isin(live, self.sub_rows).all()):  # a row back in play: cut the full state
+                self.sub, self.sub_rows = (
+                    (self.state, live) if len(live) == B else (self.plan.cache.rows(self.state, live), live)
+                )
+            elif len(live) < len(self.sub_rows):  # fewer rows than last step: cut the smaller state
+                self.sub = self.plan.cache.rows(self.sub, torch.searchsorted(self.sub_rows, live))
+                self.sub_rows = live
+            commit, tok, conf = step(
+                self.model,
+                self.plan,
+                self.sub,
+                c,
+                self.sub_rows,
+                blk,
+                width,
+                k,
+                self._bias(),
+                self.tokens,
+                self.generator,
+                self.hooks,
+            )
+            _apply(c, blk, commit, tok, conf, self.hooks, self.tokens.eot_id)
+            k, self.steps = k + 1, self.steps + 1
+            computed = torch.zeros(B, dtype=torch.long, device=c.tokens.device)
+            computed[self.sub_rows] = 1
+            for m in self.open:
+                n = int(computed[m.at : m.at + m.size].sum())
+                m.steps, m.row_steps = m.steps + int(n > 0), m.row_steps + n
+            self.hooks.observe(c.tokens)
+            self._leave()
+
+    def _bias(self) -> torch.Tensor:
+        """[V] -inf on the ids never proposed: the mask and the layout tags."""
+        if getattr(self, "_bias_v", None) is None:
+            bias = torch.zeros(self.model.cfg.vocab_size, device=self.c.tokens.device)
+            bias[[self.tokens.mask_id, *self.tokens.suppress_ids]] = float("-inf")
+            self._bias_v = bias
+        return self._bias_v
+
+    # ---- members' hooks on their own slices ----------------------------------------------------
+    def _view(self, m: Member, x: torch.Tensor) -> torch.Tensor:
+        """Member ``m``'s rows and canvas of x [B, N]: [m.size, m.canvas_len], as it would be alone."""
+        return x[m.at : m.at + m.size, m.offset : m.offset + m.canvas_len]
+
+    def _observe(self, canvas: torch.Tensor) -> None:
+        for m in self.open:
+            if m.hooks.observe is not None:
+                m.hooks.observe(self._view(m, canvas))
+
+    def _done(self, canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)  # [B]
+        for m in self.open:
+            if m.hooks.done is not None:
+                v = (self._view(m, canvas), self._view(m, fixed), self._view(m, conf))
+                out[m.at : m.at + m.size] = m.hooks.done(*v)
+        return out
+
+    def _draft(self, canvas: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
+        out = torch.full_like(canvas, -1)  # [B, N]
+        for m in self.open:
+            if m.hooks.draft is not None:
+                v = m.hooks.draft(self._view(m, canvas), self._view(m, fixed))  # [m.size, m.canvas_len]
+                out[m.at : m.at + m.size, m.offset : m.offset + m.canvas_len] = v.to(out.device)
+        return out
+
+    def _cancel(self) -> None:
+        """Members whose caller asked to stop leave now, as they are; the others go on."""
+        for m in self.open:
+            if m.hooks.should_stop is not None and m.hooks.should_stop():
+                m.cancelled = True
+                self._finish(m)
+                self.c.fixed[m.at : m.at + m.size] = True  # nothing left to decide in its rows
+
+    def _leave(self) -> None:
+        """Members whose rows are all committed get their result now, not when the decode ends."""
+        for m in self.open:
+            if bool(self.c.fixed[m.at : m.at + m.size].all()):
+                self._finish(m)
+
+    def _finish(self, m: Member) -> None:
+        tokens, conf = self._view(m, self.c.tokens).clone(), self._view(m, self.c.conf).clone()
+        is_eot = self._view(m, self.c.fixed) & (tokens == self.tokens.eot_id)
+        real = self._view(m, self.c.real)
+        width = int(self.w[m.at : m.at + m.size].minimum(self.n[m.at : m.at + m.size]).max())
+        m.result = SampleResult(
+            tokens,
+            conf,
+            first_true(is_eot),  # [b]
+            m.steps,
+            m.steps + m.calls + 1,
+            (is_eot & real).any(dim=1),  # end-of-text inside the row's own canvas, not its padding
+            m.cancelled,
+            m.row_steps,
+            width,
+        )
+        if m.on_done is not None:
+            m.on_done(m)
 
 
 @torch.no_grad()
@@ -211,47 +497,8 @@ def denoise(
     hooks: Hooks | None = None,
 ) -> SampleResult:
     """Decode up to ``canvas_len`` tokens per row (``rows.canvas_lens[b]`` for row b) as ``plan`` says."""
-    hooks = hooks or Hooks()
-    dev, N = rows.context.device, canvas_len
-    B, V = rows.context.shape[0], model.cfg.vocab_size
-    c = _new_canvas(rows, N, N, tokens, dev)
-    lens = c.real.sum(dim=1)  # [B]
-    width = N if first_width is None else max(1, min(N, first_width))
-    state = plan.cache.prepare(model, rows.with_canvas_lens(lens.clamp_max(width)))
-    bias = torch.zeros(V, device=dev)
-    bias[[tokens.mask_id, *tokens.suppress_ids]] = float("-inf")
-    steps = row_steps = calls = 0
-    cancelled, start = False, 0
-    sub, sub_rows = state, torch.arange(B, device=dev)  # the state of the rows a step computes
-    while start < N and not cancelled:
-        if start >= width:  # grow by a block for the rows still writing
-            width = min(N, width + plan.block_size)
-            state = plan.cache.prepare(model, rows.with_canvas_lens(lens.clamp_max(width)))
-            sub, sub_rows, calls = state, torch.arange(B, device=dev), calls + 1
-        blk = slice(start, min(width, start + plan.block_size))
-        k = 0
-        while bool((active := ~c.fixed[:, blk]).any()):
-            if hooks.should_stop is not None and hooks.should_stop():
-                cancelled = True
-                break
-            live = active.any(dim=1).nonzero().squeeze(1)  # [b] rows with something to decide
-            if not bool(torch.isin(live, sub_rows).all()):  # a row back in play: cut the full state
-                sub, sub_rows = (state, live) if len(live) == B else (plan.cache.rows(state, live), live)
-            elif len(live) < len(sub_rows):  # fewer rows than last step: cut the smaller state
-                sub, sub_rows = plan.cache.rows(sub, torch.searchsorted(sub_rows, live)), live
-            commit, tok, conf = step(
-                model, plan, sub, c, sub_rows, blk, width, k, bias, tokens, generator, hooks
-            )
-            _apply(c, blk, commit, tok, conf, hooks, tokens.eot_id)
-            steps, k, row_steps = steps + 1, k + 1, row_steps + len(sub_rows)
-            if hooks.observe is not None:
-                hooks.observe(c.tokens)
-        start = blk.stop
-        if bool(c.fixed.all()):  # every row ended (its end-of-text fills the rest)
-            break
-    is_eot = c.fixed & (c.tokens == tokens.eot_id)
-    lengths = first_true(is_eot)  # [B]
-    finished = (is_eot & c.real).any(dim=1)  # end-of-text inside the row's own canvas, not its padding
-    return SampleResult(
-        c.tokens, c.conf, lengths, steps, steps + calls + 1, finished, cancelled, row_steps, width
-    )
+    d = Decode(model, plan, tokens, generator)
+    m = Member(rows, canvas_len, first_width, hooks or Hooks())
+    d.join(m)
+    d.run()
+    return m.result

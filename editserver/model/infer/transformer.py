@@ -90,6 +90,9 @@ class KVCache:
     # [B] real canvas positions per row (None: every row uses the whole canvas); a batch pads shorter
     # canvases to the longest, and no position attends to the padding (``forward_canvas``)
     canvas_lens: torch.Tensor | None = None
+    # [B] canvas index of each row's first real position (None: 0): a row that joined a running decode
+    # (sampler.py ``Decode``) leaves the positions before it out, as keys; ``canvas_lens`` counts from it
+    canvas_from: torch.Tensor | None = None
 
     @property
     def context_len(self) -> int:
@@ -106,6 +109,7 @@ class KVCache:
             self.lengths[idx],
             self.canvas_pos[idx],
             None if self.canvas_lens is None else self.canvas_lens[idx],
+            None if self.canvas_from is None else self.canvas_from[idx],
         )
 
 
@@ -314,7 +318,8 @@ class Transformer(nn.Module):
         (-1 = none) for ``canvas_draft`` models. ``want`` [B, n] (bool, over ``only``'s positions)
         projects just those: logits [M, V] for its M True entries in row-major order."""
         B, N = canvas.shape
-        self._check_len(int(cache.lengths.max()) + N)
+        used = N if cache.canvas_lens is None else cache.canvas_lens  # a row's real positions
+        self._check_len(int((cache.lengths + used).max()))
         # canvas positions start at each row's canvas_pos (by default right after its real context)
         pos = cache.canvas_pos[:, None] + torch.arange(N, device=canvas.device)[None, :]  # [B, N]
         cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
@@ -322,8 +327,11 @@ class Transformer(nn.Module):
         # row shorter than the batch's canvas) as a key mask, so a batched row decodes as it would alone
         kv_lens = None if bool(cache.valid.all()) else cache.lengths
         mask = None
-        if cache.canvas_lens is not None and bool((cache.canvas_lens < N).any()):
-            on = torch.arange(N, device=canvas.device)[None, :] < cache.canvas_lens[:, None]  # [B, N]
+        lo = torch.zeros_like(cache.lengths) if cache.canvas_from is None else cache.canvas_from  # [B]
+        hi = lo + (N if cache.canvas_lens is None else cache.canvas_lens)  # [B]
+        if bool(((lo > 0) | (hi < N)).any()):
+            j = torch.arange(N, device=canvas.device)[None, :]
+            on = (j >= lo[:, None]) & (j < hi[:, None])  # [B, N]
             mask = torch.cat([on.new_ones(B, cache.context_len), on], dim=1)[:, None, None, :]  # [B,1,1,Lk]
         x = self._embed(canvas, draft)
         for layer, k, v in zip(self.layers, cache.keys, cache.values):
