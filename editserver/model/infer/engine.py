@@ -77,7 +77,7 @@ from pathlib import Path
 
 import torch
 
-from editserver.model.infer import quant
+from editserver.model.infer import lengths, quant
 from editserver.model.infer.cache import Rows
 from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
 from editserver.model.infer.draft import draft_region, step_drafts
@@ -105,6 +105,7 @@ class SamplingOptions:
     sequential: bool = False  # one token per step (the quality baseline): the most confident
     left_to_right: bool = False  # with ``sequential``: the leftmost still-masked position each step
     published: bool = False  # the family's published loop on the exact cache (plan.py published_plan)
+    canvases: tuple[int, ...] = ()  # FIM: fixed canvas lengths side by side (model/infer/lengths.py)
     seed: int = 0
     on_step: Callable[[str], None] | None = None  # called with the whole current draft each step
     cancel: threading.Event | None = None  # set it to stop decoding
@@ -123,6 +124,7 @@ class EditRequest:
     prompt: str  # Inception's next-edit layout (protocol/prompt.py)
     max_tokens: int | None = None
     options: SamplingOptions = field(default_factory=SamplingOptions)
+    cursor_index: int | None = None  # which <|cursor|> of the region is the cursor (protocol/prompt.py)
 
 
 @dataclass
@@ -256,7 +258,7 @@ class Engine:
 
     def _edit_context(self, req: EditRequest) -> tuple[list[int], EditPrompt, int, int]:
         """Context ids, the parsed prompt, the canvas length and the prompt tokens dropped."""
-        parsed = parse_prompt(req.prompt)  # raises PromptError on malformed prompts
+        parsed = parse_prompt(req.prompt, req.cursor_index)  # raises PromptError on malformed prompts
         region_tokens = len(self.tok.encode(parsed.region))
         canvas = region_tokens + self.inference.edit_slack_tokens
         if req.max_tokens is not None:
@@ -302,6 +304,12 @@ class Engine:
         plan = self.plan(reqs[0])
         if any(self.plan(r) != plan for r in reqs[1:]):
             raise ValueError("a batch holds requests of one decode plan")
+        if plan.fixed_canvas and plan.line_canvases:  # fixed lengths side by side (model/infer/lengths.py)
+
+            def decode(rows: list, groups: list[list[int]]) -> list[Completion]:
+                return self._decode(rows, plan, groups)
+
+            return lengths.complete(reqs, plan.line_canvases, self._fim_canvas, decode, line_likelihood)
         rows: list[FimRequest | EditRequest] = list(reqs)
         groups = [[i] for i in range(len(reqs))]  # each request's rows, its own canvas first
         for i, r in enumerate(reqs):
@@ -310,6 +318,10 @@ class Engine:
                 if n < own:
                     groups[i].append(len(rows))
                     rows.append(dataclasses.replace(r, max_tokens=n))
+        return self._pick(plan, rows, groups)
+
+    def _pick(self, plan: DecodePlan, rows: list, groups: list[list[int]]) -> list[Completion]:
+        """One batch decode of ``rows``; per group of rows, the answer the model finds likeliest."""
         outs = self._decode(rows, plan, groups)
         # max keeps the first of equals: a tie goes to the request's own canvas
         return [max((outs[j] for j in g), key=line_likelihood) for g in groups]
@@ -401,7 +413,7 @@ class Engine:
             c.dropped_tokens = dropped[i]
             p = parsed[i]
             if p is not None:
-                c.text = self.layout.answer(c.text)
+                c.text = self.layout.answer(c.text, p.region)
                 c.region = p.region
                 c.unchanged = c.text == p.region or layout_only(p.region, c.text)
                 c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold
