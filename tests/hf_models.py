@@ -51,7 +51,9 @@ def _write_json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2) + "\n")
 
 
-def _shape(dim: int, layers: int, ffn: int, vocab: int, heads: int = 4, kv: int = 2) -> dict:
+def _shape(
+    dim: int, layers: int, ffn: int, vocab: int, heads: int = 4, kv: int = 2, eps: float = 1e-6
+) -> dict:
     return dict(
         vocab_size=vocab,
         hidden_size=dim,
@@ -60,8 +62,81 @@ def _shape(dim: int, layers: int, ffn: int, vocab: int, heads: int = 4, kv: int 
         num_attention_heads=heads,
         num_key_value_heads=kv,
         max_position_embeddings=2048,
-        rms_norm_eps=1e-6,
+        rms_norm_eps=eps,
     )
+
+
+# LLaDA-8B is plain multi-head attention (n_kv_heads = n_heads = 32) with RMSNorm eps 1e-5 and a
+# 4096-token window; the tiny copies keep those and shrink only the sizes.
+LLADA_HEADS = 4
+LLADA_EPS = 1e-5
+
+
+def _llada_reference(dim: int, layers: int, ffn: int, vocab: int):
+    """The transformers model a LLaDA fixture's weights come from: Llama with LLaDA's shape rules."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = _shape(dim, layers, ffn, vocab, heads=LLADA_HEADS, kv=LLADA_HEADS, eps=LLADA_EPS)
+    cfg = LlamaConfig(**shape, rope_theta=500000.0, tie_word_embeddings=False)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def llada_config(dim: int, layers: int, ffn: int, vocab: int, ids: dict[str, int]) -> dict:
+    """LLaDA-8B-Instruct's ``config.json`` keys and values with the sizes shrunk (the key set of the
+    published OLMo-style config: docs/open-weights.md)."""
+    return {
+        "activation_type": "silu",
+        "alibi": False,
+        "alibi_bias_max": 8.0,
+        "architectures": ["LLaDAModelLM"],
+        "attention_dropout": 0.0,
+        "attention_layer_norm": False,
+        "attention_layer_norm_with_affine": True,
+        "auto_map": {
+            "AutoConfig": "configuration_llada.LLaDAConfig",
+            "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM",
+            "AutoModel": "modeling_llada.LLaDAModelLM",
+        },
+        "bias_for_layer_norm": False,
+        "block_group_size": 1,
+        "block_type": "llama",
+        "d_model": dim,
+        "embedding_dropout": 0.0,
+        "embedding_size": vocab,
+        "eos_token_id": ids["<|endoftext|>"],
+        "flash_attention": False,
+        "include_bias": False,
+        "include_qkv_bias": False,
+        "init_cutoff_factor": None,
+        "init_device": "meta",
+        "init_fn": "mitchell",
+        "init_std": 0.02,
+        "input_emb_norm": False,
+        "layer_norm_type": "rms",
+        "layer_norm_with_affine": True,
+        "mask_token_id": ids["<|mdm_mask|>"],
+        "max_sequence_length": 4096,
+        "mlp_hidden_size": ffn,
+        "mlp_ratio": 4,
+        "model_type": "llada",
+        "multi_query_attention": None,
+        "n_heads": LLADA_HEADS,
+        "n_kv_heads": LLADA_HEADS,
+        "n_layers": layers,
+        "pad_token_id": ids["<|endoftext|>"],
+        "precision": "amp_bf16",
+        "residual_dropout": 0.0,
+        "rms_norm_eps": LLADA_EPS,
+        "rope": True,
+        "rope_full_precision": True,
+        "rope_theta": 500000.0,
+        "scale_logits": False,
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.46.3",
+        "use_cache": False,
+        "vocab_size": vocab,
+        "weight_tying": False,
+    }
 
 
 def make_dream(
@@ -136,41 +211,14 @@ def llada_name(name: str) -> str:
 
 def make_llada(d: Path, *, dim: int = 64, layers: int = 2, ffn: int = 96, vocab: int = 336):
     """A LLaDA directory: OLMo-style config.json and weight names, no chat template."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.manual_seed(0)
     tok = train_tokenizer(LLADA_SPECIALS)
     ids = {t: tok.token_to_id(t) for t in LLADA_SPECIALS}
-    cfg = LlamaConfig(**_shape(dim, layers, ffn, vocab), rope_theta=500000.0, tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg).eval()
+    model = _llada_reference(dim, layers, ffn, vocab)
     model.save_pretrained(d)
     state = load_file(str(d / "model.safetensors"))
     save_file({llada_name(k): v.contiguous() for k, v in state.items()}, str(d / "model.safetensors"))
-    _write_json(
-        d / "config.json",
-        {
-            "architectures": ["LLaDAModelLM"],
-            "model_type": "llada",
-            "activation_type": "silu",
-            "block_type": "llama",
-            "d_model": dim,
-            "n_layers": layers,
-            "n_heads": 4,
-            "n_kv_heads": 2,
-            "mlp_hidden_size": ffn,
-            "max_sequence_length": 2048,
-            "rope_theta": 500000.0,
-            "rms_norm_eps": 1e-6,
-            "layer_norm_type": "rms",
-            "include_bias": False,
-            "weight_tying": False,
-            "vocab_size": vocab,
-            "embedding_size": vocab,
-            "mask_token_id": ids["<|mdm_mask|>"],
-            "eos_token_id": ids["<|endoftext|>"],
-            "pad_token_id": ids["<|endoftext|>"],
-        },
-    )
+    _write_json(d / "config.json", llada_config(dim, layers, ffn, vocab, ids))
     tok.save(str(d / "tokenizer.json"))
     _write_json(d / "tokenizer_config.json", {"eos_token": "<|endoftext|>", "bos_token": "<|startoftext|>"})
     return d, model
@@ -239,8 +287,12 @@ PUBLISHED = {
     "Dream-Coder-v0-Instruct-7B": dict(
         kind="dream", added=DREAM_ADDED, pad="<|endoftext|>", template="config"
     ),
-    "DiffuCoder-7B-Base": dict(kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="jinja"),
-    "DiffuCoder-7B-Instruct": dict(kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="jinja"),
+    "DiffuCoder-7B-Base": dict(
+        kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="jinja", added_json=True
+    ),
+    "DiffuCoder-7B-Instruct": dict(
+        kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="jinja", added_json=True
+    ),
     "Open-dCoder-0.5B": dict(
         kind="open-dcoder", added=OPEN_DCODER_ADDED, pad="<|endoftext|>", template="config"
     ),
@@ -304,33 +356,7 @@ def make_published(root: Path, name: str, *, dim: int = 64, layers: int = 2, ffn
     torch.manual_seed(0)
     if kind == "llada":
         ref = _llada_weights(d, dim, layers, ffn, vocab)
-        raw = {
-            "architectures": ["LLaDAModelLM"],
-            "auto_map": {
-                "AutoConfig": "configuration_llada.LLaDAConfig",
-                "AutoModel": "modeling_llada.LLaDAModelLM",
-            },
-            "model_type": "llada",
-            "activation_type": "silu",
-            "block_type": "llama",
-            "d_model": dim,
-            "n_layers": layers,
-            "n_heads": 4,
-            "n_kv_heads": 2,
-            "mlp_hidden_size": ffn,
-            "max_sequence_length": 4096,
-            "rope_theta": 500000.0,
-            "rms_norm_eps": 1e-5,
-            "layer_norm_type": "rms",
-            "include_bias": False,
-            "weight_tying": False,
-            "vocab_size": vocab,
-            "embedding_size": vocab,
-            "mask_token_id": ids["<|mdm_mask|>"],
-            "eos_token_id": ids["<|endoftext|>"],
-            "pad_token_id": ids["<|endoftext|>"],
-            "torch_dtype": "bfloat16",
-        }
+        raw = llada_config(dim, layers, ffn, vocab, ids)
         code = LLADA_CODE
         tcfg = {"bos_token": "<|startoftext|>", "eos_token": "<|eot_id|>", "pad_token": "<|endoftext|>"}
         tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"
@@ -381,6 +407,8 @@ def make_published(root: Path, name: str, *, dim: int = 64, layers: int = 2, ffn
     else:
         tcfg["chat_template"] = template
     _write_json(d / "tokenizer_config.json", tcfg)
+    if spec.get("added_json"):  # content -> id of every added token, as transformers' save writes it
+        _write_json(d / "added_tokens.json", {c: ids[c] for c, _ in added})
     names = {k: v for k, v in tcfg.items() if k in ("bos_token", "eos_token", "pad_token", "mask_token")}
     _write_json(d / "special_tokens_map.json", names)
     return d, ref
@@ -388,10 +416,7 @@ def make_published(root: Path, name: str, *, dim: int = 64, layers: int = 2, ffn
 
 def _llada_weights(d: Path, dim: int, layers: int, ffn: int, vocab: int):
     """A LlamaForCausalLM saved under LLaDA's tensor names, in six shards as LLaDA-8B ships."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(**_shape(dim, layers, ffn, vocab), rope_theta=500000.0, tie_word_embeddings=False)
-    ref = LlamaForCausalLM(cfg).eval()
+    ref = _llada_reference(dim, layers, ffn, vocab)
     state = {llada_name(k): v.contiguous() for k, v in ref.state_dict().items()}
     names = sorted(state)
     shards = [names[i::6] for i in range(6)]

@@ -18,6 +18,14 @@ Design decisions:
 - Beside the raw figures, ``postprocessed`` scores the same answers after protocol/postprocess.py
   (what ``/v1/fim/completions`` sends): pass@1, exact match, how many answers it changed and which
   rules fired. Only changed answers are executed again.
+- ``--decode published,default`` runs an open family's published generation loop (plan.py
+  ``published_plan``: the publisher's order, one token per step, the whole canvas from the first
+  step) and the fast default over the same tasks in one run and prints both rows, so the quality a
+  publisher's figure was measured with and what the server decodes are compared on one machine at
+  one time. The first name listed is the JSON's top level; the other sits under its own key.
+- ``--decode default,fixed`` likewise compares the default (a canvas that grows) with fixed canvas
+  lengths side by side (``--canvases``, model/infer/lengths.py: rows of one batch, the likeliest
+  answer wins, a filled one is decoded again on a longer fixed canvas).
 """
 
 from __future__ import annotations
@@ -101,6 +109,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="override the checkpoint's FIM window in tokens (0 keeps the whole prefix and suffix)",
     )
+    p.add_argument(
+        "--decode",
+        default="default",
+        help="comma-separated decodes run side by side over the same tasks: default (the effort's "
+        "parallel unmasking) and/or published (an open family's own loop: Dream-family lowest entropy "
+        "first, LLaDA highest probability in 32-token blocks; one token per step), e.g. "
+        "published,default; fixed: the --canvases lengths side by side, the likeliest answer kept "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--canvases",
+        default="8,16,32,64",
+        help="fixed canvas lengths for --decode fixed, capped by --max-tokens (default: %(default)s)",
+    )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per test execution")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     p.add_argument("--quantize", default="none", help="none | int8: weight-only int8 (default none)")
@@ -167,6 +189,8 @@ def evaluate(
     line_steps: int | None = None,
     stop: list[str] | None = None,
     left_to_right: bool = False,
+    published: bool = False,
+    canvases: tuple[int, ...] = (),
 ) -> dict:
     from tqdm import tqdm
 
@@ -189,6 +213,8 @@ def evaluate(
                     line_steps=line_steps,
                     stop=list(stop or []),
                     left_to_right=left_to_right,
+                    published=published,
+                    canvases=canvases,
                 ),
             )
         )
@@ -277,6 +303,7 @@ def _settings(args, engine, effort: str, max_tokens: int, single: bool, stop: li
         "max_tokens": max_tokens,
         "single_line_cut": single,
         "stop": stop,
+        "canvases": list(args.canvases) if "fixed" in args.decode else None,
         "model": str(args.model or "shipped default"),
         "checkpoint_meta": engine.ck.meta,
         "window_tokens": engine.inference.window_tokens,
@@ -284,10 +311,38 @@ def _settings(args, engine, effort: str, max_tokens: int, single: bool, stop: li
     }
 
 
+DECODES = ("default", "published", "fixed")
+
+
+def parse_decodes(text: str, family: str) -> tuple[str, ...] | str:
+    """The ``--decode`` list in its given order, or the one-line error a user sees."""
+    from editserver.model.infer.plan import PUBLISHED
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if n not in DECODES]
+    if bad or not names:
+        return f"--decode takes {', '.join(DECODES)} (comma-separated), got {text!r}"
+    if "published" in names and family not in PUBLISHED:
+        return f"--decode published: no published decoding loop for the {family} family; families: " + (
+            ", ".join(sorted(PUBLISHED))
+        )
+    return names
+
+
+def _compare_decodes(result: dict, other: dict, name: str) -> None:
+    """The second decode's block, and how its answers and speed compare with the first's."""
+    result[name] = other
+    same = [a["completion"] == b["completion"] for a, b in zip(result["samples"], other["samples"])]
+    result[f"{name}_agreement"] = sum(same) / max(1, len(same))
+    result[f"{name}_latency_ratio_p50"] = other["latency_ms"]["p50"] / max(1e-9, result["latency_ms"]["p50"])
+
+
 def _print(result: dict) -> None:
-    rows = [("parallel", result)] + (
-        [("one token/step", result["sequential"])] if "sequential" in result else []
-    )
+    names = result["decode"]
+    blocks = {n: result if i == 0 else result[n] for i, n in enumerate(names)}
+    rows = [("parallel" if n == "default" else n, blocks[n]) for n in names]
+    default = blocks.get("default", {})
+    rows += [("one token/step", default["sequential"])] if "sequential" in default else []
     head = f"{'mode':16} {'n':>5} {'pass@1':>7} {'exact':>7} {'tok/step':>9} {'rows/step':>9}"
     print(f"{head} {'p50 ms':>8} {'p95 ms':>8}")
     for name, r in rows:
@@ -309,16 +364,21 @@ def _print(result: dict) -> None:
         print(
             f"canonical infill cross-entropy: {result['middle_ce']:.3f} nats/token fully masked, {l2r_text}"
         )
-    if "speedup_p50" in result:
+    for n in names[1:]:
         print(
-            f"speedup (p50 latency, sequential/parallel): {result['speedup_p50']:.2f}x; "
-            f"pass@1 cost: {100 * result['pass_at_1_cost']:.1f} points; "
-            f"same answer as one token/step: {result['agreement']:.1%}"
+            f"{n} vs {names[0]}: p50 latency {result[n + '_latency_ratio_p50']:.2f}x; "
+            f"same answer: {result[n + '_agreement']:.1%}"
+        )
+    if "speedup_p50" in default:
+        print(
+            f"speedup (p50 latency, sequential/parallel): {default['speedup_p50']:.2f}x; "
+            f"pass@1 cost: {100 * default['pass_at_1_cost']:.1f} points; "
+            f"same answer as one token/step: {default['agreement']:.1%}"
         )
 
 
 def _load(args):
-    """(engine, effort, tasks), or an error message."""
+    """(engine, effort, tasks, decodes), or an error message."""
     import torch
 
     from editserver.model.infer.engine import Engine
@@ -333,6 +393,13 @@ def _load(args):
         return str(e)
     if args.fim_window is not None:
         engine.inference.window_tokens = args.fim_window or None
+    decodes = parse_decodes(args.decode, engine.family)
+    if isinstance(decodes, str):
+        return decodes
+    try:
+        args.canvases = tuple(int(n) for n in str(args.canvases).split(",") if n.strip())
+    except ValueError:
+        return f"--canvases takes comma-separated token counts, got {args.canvases!r}"
     try:
         effort = engine.resolve_effort(args.effort)
     except ValueError as e:  # before the cross-entropy pass, not a traceback minutes later
@@ -340,7 +407,7 @@ def _load(args):
     tasks = load_suite(args.suite, args.limit, args.seed)
     if not tasks:
         return f"no tasks to run (suite {args.suite}, --limit {args.limit})"
-    return engine, effort, tasks
+    return engine, effort, tasks, decodes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -348,7 +415,7 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(loaded, str):
         print(loaded)
         return 2
-    engine, effort, tasks = loaded
+    engine, effort, tasks, decodes = loaded
     single = "singleline" in args.suite.name and not args.keep_lines
     max_tokens = args.max_tokens or (32 if "singleline" in args.suite.name else 128)
     t0 = time.time()
@@ -364,13 +431,24 @@ def run(args: argparse.Namespace) -> int:
         stop=stop,
     )
     one = dict(sequential=args.one_token is not None, left_to_right=args.one_token == "left")
+    runs = {}
     try:
-        result = evaluate(engine, tasks, label="parallel", **one, **kw)
+        for name in decodes:  # the same tasks, one decode after the other
+            how = {
+                "published": dict(sequential=False, published=True),
+                "fixed": dict(one, canvases=args.canvases),
+            }.get(name, one)
+            runs[name] = evaluate(engine, tasks, label=name, **how, **kw)
     except ValueError as e:  # options the engine cannot plan: say so, not a traceback
         print(e)
         return 2
-    if not args.no_sequential:
-        _compare_sequential(result, evaluate(engine, tasks, sequential=True, label="sequential", **kw))
+    result = runs[decodes[0]]
+    result["decode"] = list(decodes)
+    for name in decodes[1:]:
+        _compare_decodes(result, runs[name], name)
+    if not args.no_sequential and "default" in decodes:  # the published loop is one token per step
+        seq = evaluate(engine, tasks, sequential=True, label="sequential", **kw)
+        _compare_sequential(runs["default"], seq)
     result["middle_ce"] = sum(ce) / len(ce) if ce else None
     result["middle_ce_l2r"] = sum(ce_l2r) / len(ce_l2r) if ce_l2r else None
     result.update(_settings(args, engine, effort, max_tokens, single, stop))

@@ -331,8 +331,14 @@ class ModelClient:
             log.warning("FIM reply without choices[0].text: %s", str(res)[:300])
             return None
 
-    async def edit(self, prompt: str, timeout_s: float) -> EditAnswer | None:
-        body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": prompt}]}
+    async def edit(self, prompt: str, timeout_s: float, cursor_index: int = 0) -> EditAnswer | None:
+        """``cursor_index``: which ``<|cursor|>`` of the region is the cursor, so a file whose text
+        spells the tag is asked like any other (protocol/prompt.py)."""
+        body = {
+            "model": MODEL_NAME,
+            "messages": [{"role": "user", "content": prompt}],
+            "cursor_index": cursor_index,
+        }
         res = await self._post("/v1/edit/completions", body, timeout_s)
         if not res:
             return None

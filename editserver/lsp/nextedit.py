@@ -63,7 +63,7 @@ from editserver.lsp.edits import (
     region_too_long,
 )
 from editserver.lsp.history import propagation
-from editserver.protocol.prompt import CURSOR, Snippet
+from editserver.protocol.prompt import Snippet, cursor_index, drop_cursor_tags
 
 if TYPE_CHECKING:
     from editserver.lsp.server import EditLanguageServer
@@ -322,10 +322,10 @@ async def _ask_one(client: ModelClient, ask: Ask, history: str, timeout_s: float
     prompt, start, original = build_region_prompt(
         ask.doc, ask.path, ask.region, ask.at, ask.snippets, history, ask.context_lines
     )
-    ans = await client.edit(prompt, timeout_s)
+    ans = await client.edit(prompt, timeout_s, cursor_index(original, ask.at - start))
     if ans is None:
         return None
-    rewritten = None if ans.region is None else _normalise(ans.region.replace(CURSOR, ""), original)
+    rewritten = None if ans.region is None else _normalise(drop_cursor_tags(ans.region, original), original)
     edits = minimal_edits(original, rewritten, start) if rewritten is not None else []
     return RegionResult(ask, prompt, original, rewritten, ans.score, ans.above_threshold, edits)
 

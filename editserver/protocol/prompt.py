@@ -14,6 +14,12 @@ Design decisions:
   ``<|code_to_edit|>`` region. So code that mentions a tag inside a line (``s = '<|cursor|>'``,
   ``if "<|code_to_edit|>" in text``) is text, wherever it sits. Tokenizers then insert the tags as
   ids and encode the text as text (``prompt_parts``, ``encode_prompt``).
+- A region whose own text spells ``<|cursor|>`` cannot say by its text alone which spelling is the
+  cursor, so a request may name it: ``cursor_index``, the cursor tag's place among the region's
+  ``<|cursor|>`` spellings counting from 0 (``cursor_index`` below; the tag cannot overlap a
+  spelling, so counting them before the cursor is exact, and CRLF cannot change the count). The
+  LSP always sends it. Without it a region holds exactly one. Answers keep the user's spellings:
+  ``drop_cursor_tags`` removes only the tags an answer holds beyond what its region spells.
 """
 
 from __future__ import annotations
@@ -158,7 +164,46 @@ def strip_one_newline(s: str) -> str:
     return s[1:] if s.startswith("\n") else s
 
 
-def parse_prompt(text: str) -> EditPrompt:
+def cursor_index(region: str, cursor: int) -> int:
+    """Which ``<|cursor|>`` of the built region (the tag inserted at ``cursor``) is the cursor: the
+    number of the region's own spellings before it."""
+    return region[: max(0, min(cursor, len(region)))].count(CURSOR)
+
+
+def _nth(text: str, sub: str, n: int) -> int:
+    i = text.find(sub)
+    for _ in range(n):
+        i = text.find(sub, i + 1) if i >= 0 else -1
+    return i
+
+
+def drop_cursor_tags(answer: str, region: str) -> str:
+    """``answer`` without the cursor tags it holds beyond those the ``region`` as sent spells (a model
+    may echo the tag); of several, the one whose removal leaves the longest common start and end
+    with the region goes first, so the user's own spellings stay where they were."""
+    while answer.count(CURSOR) > region.count(CURSOR):
+        best, best_score = answer, -1
+        i = answer.find(CURSOR)
+        while i >= 0:
+            cand = answer[:i] + answer[i + len(CURSOR) :]
+            score = len(_common(cand, region)) + len(_common(cand[::-1], region[::-1]))
+            if score > best_score:
+                best, best_score = cand, score
+            i = answer.find(CURSOR, i + 1)
+        answer = best
+    return answer
+
+
+def _common(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+def parse_prompt(text: str, cursor_at: int | None = None) -> EditPrompt:
+    """The prompt's parts; ``cursor_at``: which ``<|cursor|>`` of the region marks the cursor (0: the
+    first; the others are text), None: the region holds at most one. PromptError names a problem."""
     if not isinstance(text, str) or not text.strip():
         raise PromptError("prompt is empty")
     text = text.replace("\r\n", "\n")
@@ -179,6 +224,13 @@ def parse_prompt(text: str) -> EditPrompt:
     above = body[:open_at]
     below = strip_one_newline(body[_tag_at(body, EDIT_CLOSE, open_at) + len(EDIT_CLOSE) :])
     region_raw = strip_one_newline(region_raw)
+    if cursor_at is not None:
+        at = _nth(region_raw, CURSOR, cursor_at) if cursor_at >= 0 else -1
+        if at < 0:
+            n = region_raw.count(CURSOR)
+            raise PromptError(f"cursor_index {cursor_at} names no {CURSOR} tag: the region holds {n}")
+        region = region_raw[:at] + region_raw[at + len(CURSOR) :]
+        return _finish(text, file_path, above, region, at, below)
     n_cursors = region_raw.count(CURSOR) or (above + below).count(CURSOR)
     if n_cursors > 1:
         raise PromptError(f"prompt has {n_cursors} {CURSOR} tags; exactly one is allowed")
@@ -189,6 +241,11 @@ def parse_prompt(text: str) -> EditPrompt:
         raise PromptError(f"the {CURSOR} tag must lie inside the {EDIT_OPEN} region")
     else:
         cursor, region = 0, region_raw
+    return _finish(text, file_path, above, region, cursor, below)
+
+
+def _finish(text: str, file_path: str, above: str, region: str, cursor: int, below: str) -> EditPrompt:
+    """The prompt with its snippets and history read from ``text``."""
     snippets = []
     rv = _between(text, RV_OPEN, RV_CLOSE, required=False) or ""
     at = _tag_at(rv, SNIP_OPEN)

@@ -174,6 +174,11 @@ class EditBody(_Common):
     """``/v1/edit/completions``: one user message holding Inception's next-edit prompt."""
 
     messages: list[Message] = Field(..., min_length=1)
+    cursor_index: Annotated[int, Field(ge=0, le=2**31), NUMBER] | None = Field(
+        None,
+        description="which <|cursor|> of the <|code_to_edit|> region marks the cursor, counting from 0; "
+        "the others are the file's own text (without it the region may hold only one)",
+    )
 
     def prompt_text(self) -> str:
         users = [m for m in self.messages if m.role == "user"]
@@ -183,12 +188,13 @@ class EditBody(_Common):
 
     def to_engine(self, limits: Limits) -> EditRequest:
         prompt = self.prompt_text()
-        parse_prompt(prompt)  # PromptError (-> 400 naming the problem) before the request is queued
+        parse_prompt(prompt, self.cursor_index)  # PromptError (-> 400 naming it) before queueing
         n = self._max_tokens()
         return EditRequest(
             prompt=prompt,
             max_tokens=min(n if n is not None else limits.max_output_tokens, limits.max_output_tokens),
             options=self._options(),
+            cursor_index=self.cursor_index,
         )
 
 

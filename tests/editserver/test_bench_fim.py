@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from editserver.bench.fim import L2R_CE_MAX_TOKENS, first_line, passes, percentile
+from tests.hf_models import make_published
 
 TASK = {
     "task_id": "T/0",
@@ -103,4 +106,28 @@ def test_an_unknown_effort_is_refused_before_any_work(tiny_checkpoint, tmp_path)
 def test_a_missing_model_is_a_message(tmp_path) -> None:
     r, out = _run(tmp_path / "nope", tmp_path)
     assert r.returncode == 2 and "not a checkpoint directory" in r.stdout and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["Open-dCoder-0.5B", "LLaDA-8B-Instruct"])
+def test_published_and_default_decodes_in_one_run(tmp_path, name) -> None:
+    """``--decode published,default`` on a directory laid out as its publisher ships it: both decodes
+    over the same tasks, both rows printed, the published loop one token per step."""
+    d, _ = make_published(tmp_path / "models", name)
+    args = ("--max-tokens", "8", "--decode", "published,default", "--no-ce", "--no-sequential")
+    r, out = _run(d, tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["decode"] == ["published", "default"] and res["n"] == res["default"]["n"] == 1
+    assert res["tokens_per_step"] <= 1.0 and res["rows_per_step"] == 1.0  # one token, one row a step
+    assert 0.0 <= res["default_agreement"] <= 1.0 and res["default_latency_ratio_p50"] > 0
+    rows = [line.split()[0] for line in r.stdout.splitlines() if line.split()[:1]]
+    assert {"published", "parallel"} <= set(rows) and "default vs published" in r.stdout
+
+
+def test_published_decode_is_refused_for_a_family_without_one(tiny_checkpoint, tmp_path) -> None:
+    r, out = _run(tiny_checkpoint, tmp_path, "--decode", "published")
+    assert r.returncode == 2 and "no published decoding loop" in r.stdout and "Traceback" not in r.stderr
+    r, _ = _run(tiny_checkpoint, tmp_path, "--decode", "fastest")
+    assert r.returncode == 2 and "--decode takes default, published, fixed" in r.stdout
     assert not out.exists()

@@ -39,7 +39,7 @@ def test_start_line_and_models_card(served):
     assert "loaded in" in line
     card = httpx.get(f"{url}/v1/models").json()["data"][0]
     assert card["family"] == family and card["dtype"] == "float32" and card["parameters"] > 10_000
-    # the config's 2048 positions, capped by --max-context; an open model reads its whole window
+    # the config's positions (2048 Dream, 4096 LLaDA), capped by --max-context; an open model reads its whole window
     assert card["context_length"] == 1024 and card["window"] == 1024
 
 

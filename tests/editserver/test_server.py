@@ -301,6 +301,24 @@ def test_edit_malformed_prompt_is_400(server, prompt, needle):
     assert needle in err["message"] and err["code"] == "invalid_prompt"
 
 
+def test_edit_region_that_spells_the_cursor_names_it(server):
+    """Code whose own text spells ``<|cursor|>`` is served when ``cursor_index`` says which tag is the
+    cursor (here the second: the first is the file's string); an index naming no tag is a clear 400."""
+    prompt = ZED_PROMPT.replace("def area(width, height):", "def area(width, height):  # '<|cursor|>'")
+    body = {"model": "mercury-coder", "messages": [{"role": "user", "content": prompt}], "cursor_index": 1}
+    r = httpx.post(f"{server.url}/v1/edit/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    info = r.json()["editserver"]
+    if info["suppressed"]:  # the region as sent comes back: the file's spelling is still there
+        assert "# '<|cursor|>'" in r.json()["choices"][0]["message"]["content"]
+    err = assert_error(
+        httpx.post(f"{server.url}/v1/edit/completions", json={**body, "cursor_index": 2}), 400, "messages"
+    )
+    assert "cursor_index 2 names no <|cursor|> tag: the region holds 2" in err["message"]
+    bad = httpx.post(f"{server.url}/v1/edit/completions", json={**body, "cursor_index": -1})
+    assert_error(bad, 422, "cursor_index")  # a field out of range is named, as every field is
+
+
 # ---- errors ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("path", "body", "param"),

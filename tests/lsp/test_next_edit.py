@@ -111,6 +111,36 @@ async def test_rename_at_definition_asks_about_call_sites(tiny_server, base_opti
             assert {"text", "range", "textDocument", "command"} <= set(e)
 
 
+async def test_a_file_that_spells_the_cursor_tag_gets_next_edits(tiny_server, base_options):
+    """A call site whose line spells ``<|cursor|>`` is asked like any other over the real LSP and HTTP
+    server: the request names which tag is the cursor, so the server does not refuse it as two
+    cursors, and the file's own spelling is never edited away."""
+    spelled = SRC.replace("value = compute(items, 0.2)", "value = compute(items, 0.2)  # '<|cursor|>'")
+    line = spelled.splitlines().index("    value = compute(items, 0.2)  # '<|cursor|>'")
+    async with lsp_session(tiny_server, base_options) as s:
+        s.open(URI, spelled, "python")
+        for i, ch in enumerate("_total"):
+            s.replace(URI, (0, 11 + i), (0, 11 + i), ch)
+        res = await s.request(
+            "editserver/nextEdit", {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 17}}
+        )
+        covered = {
+            ln for r in res["regions"] for ln in range(r["range"]["start"]["line"], r["range"]["end"]["line"])
+        }
+        assert line in covered  # answered, not refused
+        text = spelled.replace("def compute(", "def compute_total(", 1)
+        edits = [e for e in res["edits"] if e["range"]["start"]["line"] == line]
+        for e in edits:  # whatever the tiny model rewrites, the comment's spelling is not removed by us
+            assert "<|cursor|>" in e["newText"] or "<|cursor|>" not in _span(text, e["range"])
+
+
+def _span(text: str, rng: dict) -> str:
+    lines = text.splitlines(keepends=True)
+    start = sum(map(len, lines[: rng["start"]["line"]])) + rng["start"]["character"]
+    end = sum(map(len, lines[: rng["end"]["line"]])) + rng["end"]["character"]
+    return text[start:end]
+
+
 async def test_next_edit_errors_and_disabled(tiny_server, base_options):
     async with lsp_session(tiny_server, {**base_options, "enableNextEdit": False}) as s:
         s.open(URI, SRC, "python")

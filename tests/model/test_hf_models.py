@@ -131,7 +131,7 @@ def test_dtypes_and_context_cap(dirs):
     d, _ = dirs["llada"]
     ck = load_checkpoint(d, dtype=torch.bfloat16, max_context=100)
     assert next(ck.model.parameters()).dtype == torch.bfloat16
-    assert ck.model.cfg.max_seq_len == 100 and ck.model.cfg.max_position_embeddings == 2048
+    assert ck.model.cfg.max_seq_len == 100 and ck.model.cfg.max_position_embeddings == 4096
     assert serving_dtype("fp16", "cpu") == torch.float16
     assert serving_dtype("auto", "cuda") == torch.bfloat16
     with pytest.raises(ValueError, match="dtype must be one of"):

@@ -241,3 +241,43 @@ def test_llada_rotary_in_fp32(published):
     assert not torch.equal(k, low.transpose(1, 2)), "bf16 tables rotate differently at these positions"
     dream = Engine.load(published["Dream-v0-Instruct-7B"], dtype=torch.bfloat16).model
     assert not dream.layers[0].self_attn.rope_fp32 and dream._tables(pos)[0].dtype == torch.bfloat16
+
+
+# Files each publisher's directory lists (docs/open-weights.md, "Files read"); a fixture may hold more
+# shards than its publisher (its size is what shrinks), never other files.
+LISTED = {
+    "LLaDA-8B-Instruct": {
+        "config.json", "configuration_llada.py", "generation_config.json", "model.safetensors.index.json",
+        "modeling_llada.py", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
+        *(f"model-{i:05d}-of-00006.safetensors" for i in range(1, 7)),
+    },
+    "DiffuCoder-7B-Base": {
+        "added_tokens.json", "chat_template.jinja", "config.json", "configuration_dream.py",
+        "generation_config.json", "generation_utils.py", "merges.txt",
+    },
+}  # fmt: skip
+LISTED["DiffuCoder-7B-Instruct"] = LISTED["DiffuCoder-7B-Base"]
+
+
+@pytest.mark.parametrize("name", sorted(LISTED))
+def test_files_as_the_publisher_lists_them(published, name):
+    d = published[name]
+    files = {p.name for p in d.iterdir()}
+    if name.startswith("LLaDA"):
+        assert files == LISTED[name]
+    else:
+        assert LISTED[name] <= files
+        added = json.loads((d / "added_tokens.json").read_text())
+        decoder = json.loads((d / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+        assert added == {v["content"]: int(k) for k, v in decoder.items()}
+        assert _reference(d).convert_tokens_to_ids("<|dlm_pad|>") == added["<|dlm_pad|>"]
+
+
+@pytest.mark.parametrize("name", ["LLaDA-8B-Instruct", "LLaDA-1.5"])
+def test_llada_config_as_published(published, name):
+    """LLaDA-8B: plain multi-head attention, RMSNorm eps 1e-5, 4,096 positions, rotary in fp32."""
+    raw = json.loads((published[name] / "config.json").read_text())
+    assert raw["n_kv_heads"] == raw["n_heads"] and raw["rms_norm_eps"] == 1e-5
+    assert raw["max_sequence_length"] == 4096 and raw["rope_full_precision"] is True
+    cfg = _engine(published[name]).model.cfg
+    assert cfg.n_kv_heads == cfg.n_heads and cfg.norm_eps == 1e-5

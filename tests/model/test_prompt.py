@@ -171,3 +171,43 @@ def test_code_that_spells_the_tags_parses_back_as_text() -> None:
     twice = build_prompt(p).replace("z = 2", "z = '<|cursor|>'")
     with pytest.raises(PromptError, match="exactly one"):
         parse_prompt(twice)
+
+
+def test_a_region_that_spells_the_cursor_names_its_cursor() -> None:
+    """``cursor_index`` says which ``<|cursor|>`` of the region is the cursor: the user's spellings
+    before, after and right beside it parse back as text, CRLF included; a wrong index is one clear
+    error, and without one the region may hold only one tag."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from editserver.protocol.prompt import CURSOR, cursor_index
+
+    pieces = st.sampled_from(["x", "\n", "\r\n", " ", "<|", "|>", "cursor", CURSOR, "'"])
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(pieces, max_size=12), st.integers(0, 60))
+    def round_trip(parts: list[str], at: int) -> None:
+        region = "".join(parts).replace("\r\n", "\n") + "\n"
+        at = min(at, len(region) - 1)
+        p = EditPrompt("m.py", "a = 1\n", region, at, "b = '<|cursor|>'\n")
+        assert parse_prompt(build_prompt(p), cursor_index(region, at)) == p
+
+    round_trip()
+    region = "s = '<|cursor|>'\nt = '<|cursor|>'\n"
+    p = EditPrompt("m.py", "", region, region.index("t"), "")
+    crlf = build_prompt(p).replace("\n", "\r\n")
+    assert parse_prompt(crlf, cursor_index(region, p.cursor)) == p
+    with pytest.raises(PromptError, match="exactly one"):
+        parse_prompt(build_prompt(p))
+    with pytest.raises(PromptError, match="cursor_index 3 names no <\\|cursor\\|> tag: the region holds 3"):
+        parse_prompt(build_prompt(p), 3)
+
+
+def test_answers_keep_the_regions_own_cursor_spellings() -> None:
+    from editserver.protocol.prompt import CURSOR, drop_cursor_tags
+
+    region = "s = '<|cursor|>'\nx = 1\n"
+    assert drop_cursor_tags(region, region) == region  # the user's spelling is text
+    assert drop_cursor_tags("s = '<|cursor|>'\nx = <|cursor|>1\n", region) == region  # an echoed tag
+    assert drop_cursor_tags(f"{CURSOR}s = '<|cursor|>'\nx = 2\n", region) == "s = '<|cursor|>'\nx = 2\n"
+    assert drop_cursor_tags(f"x = {CURSOR}1\n", "x = 1\n") == "x = 1\n"

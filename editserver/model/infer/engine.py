@@ -79,7 +79,7 @@ from pathlib import Path
 
 import torch
 
-from editserver.model.infer import quant
+from editserver.model.infer import lengths, quant
 from editserver.model.infer.cache import Rows
 from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
 from editserver.model.infer.draft import draft_region, step_drafts
@@ -108,6 +108,7 @@ class SamplingOptions:
     sequential: bool = False  # one token per step (the quality baseline): the most confident
     left_to_right: bool = False  # with ``sequential``: the leftmost still-masked position each step
     published: bool = False  # the family's published loop on the exact cache (plan.py published_plan)
+    canvases: tuple[int, ...] = ()  # FIM: fixed canvas lengths side by side (model/infer/lengths.py)
     seed: int = 0
     on_step: Callable[[str], None] | None = None  # called with the whole current draft each step
     cancel: threading.Event | None = None  # set it to stop decoding
@@ -126,6 +127,7 @@ class EditRequest:
     prompt: str  # Inception's next-edit layout (protocol/prompt.py)
     max_tokens: int | None = None
     options: SamplingOptions = field(default_factory=SamplingOptions)
+    cursor_index: int | None = None  # which <|cursor|> of the region is the cursor (protocol/prompt.py)
 
 
 @dataclass
@@ -259,7 +261,7 @@ class Engine:
 
     def _edit_context(self, req: EditRequest) -> tuple[list[int], EditPrompt, int, int]:
         """Context ids, the parsed prompt, the canvas length and the prompt tokens dropped."""
-        parsed = parse_prompt(req.prompt)  # raises PromptError on malformed prompts
+        parsed = parse_prompt(req.prompt, req.cursor_index)  # raises PromptError on malformed prompts
         region_tokens = len(self.tok.encode(parsed.region))
         canvas = region_tokens + self.inference.edit_slack_tokens
         if req.max_tokens is not None:
@@ -305,6 +307,16 @@ class Engine:
         plan = self.plan(reqs[0])
         if any(self.plan(r) != plan for r in reqs[1:]):
             raise ValueError("a batch holds requests of one decode plan")
+        if plan.fixed_canvas and plan.line_canvases:  # fixed lengths side by side (model/infer/lengths.py)
+
+            def decode(rows: list, _groups: list[list[int]]) -> list[Completion]:
+                return self._decode(plan, rows)
+
+            return lengths.complete(reqs, plan.line_canvases, self._fim_canvas, decode, line_likelihood)
+        return self._decode(plan, reqs)
+
+    def _decode(self, plan: DecodePlan, reqs: list) -> list[Completion]:
+        """Every request's answer from one decode of them all."""
         run = self.open(plan)
         out: list[Completion | None] = [None] * len(reqs)
         for i, r in enumerate(reqs):
@@ -322,7 +334,8 @@ class Engine:
         t0 = time.perf_counter()
         rows: list[FimRequest | EditRequest] = [req]
         own = self._fim_canvas(req) if isinstance(req, FimRequest) else 0
-        rows += [dataclasses.replace(req, max_tokens=n) for n in plan.line_canvases if n < own]
+        if not plan.fixed_canvas:  # fixed lengths are rows of their own (model/infer/lengths.py)
+            rows += [dataclasses.replace(req, max_tokens=n) for n in plan.line_canvases if n < own]
         contexts, suffixes, canvas_lens, parsed, dropped = self._layout(rows)
         canvas_len = max(canvas_lens)
         first = None
@@ -414,7 +427,7 @@ class Engine:
             c.dropped_tokens = dropped[i]
             p = parsed[i]
             if p is not None:
-                c.text = self.layout.answer(c.text)
+                c.text = self.layout.answer(c.text, p.region)
                 c.region = p.region
                 c.unchanged = c.text == p.region or layout_only(p.region, c.text)
                 c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold

@@ -31,11 +31,11 @@ import torch
 
 from editserver.model.infer.cache import CachePolicy, ContextCache, DualCache, InPlaceNoCache, NoCache, Rows
 from editserver.protocol.prompt import (
-    CURSOR,
     EDIT_CLOSE,
     EDIT_OPEN,
     EditPrompt,
     build_prompt,
+    drop_cursor_tags,
     edit_canvas_pos,
     fim_window,
     fit_prompt,
@@ -103,7 +103,7 @@ class OwnLayout:
             )
         return Rows(ids, lens, torch.tensor(canvas_lens, device=device), canvas_pos)
 
-    def answer(self, text: str) -> str:
+    def answer(self, text: str, region: str) -> str:
         return text
 
 
@@ -169,14 +169,15 @@ class InPlaceLayout:
         suf, suf_lens = _pad([s or [] for s in suffixes], self.tok.eot_id, device)
         return Rows(ids, lens, torch.tensor(canvas_lens, device=device), None, suf, suf_lens)
 
-    def answer(self, text: str) -> str:
-        """The rewritten region in a chat answer: inside its code fence or region tags, else as written."""
+    def answer(self, text: str, region: str) -> str:
+        """The rewritten region in a chat answer: inside its code fence or region tags, else as written;
+        an echoed cursor tag is dropped, the ``region``'s own spellings of it kept."""
         fenced = parse_edit_response(text)
         if fenced is not None:
             text = fenced
         elif EDIT_OPEN in text:
             text = text.split(EDIT_OPEN, 1)[1].split(EDIT_CLOSE, 1)[0].removeprefix("\n")
-        return text.replace(CURSOR, "")
+        return drop_cursor_tags(text, region)
 
 
 def layout_for(checkpoint) -> OwnLayout | InPlaceLayout:

@@ -51,7 +51,9 @@ class DecodePlan:
     block_size: int
     cache: CachePolicy
     sampling: Sampling = Sampling()
-    line_canvases: tuple[int, ...] = ()  # shorter canvases also decoded for a "line" request
+    # shorter canvases also decoded for a "line" request; with ``fixed_canvas``, a FIM request's fixed
+    # canvas lengths side by side (SamplingOptions.canvases, model/infer/lengths.py)
+    line_canvases: tuple[int, ...] = ()
     fixed_canvas: bool = False  # the whole canvas from the first step (a published loop's), never grown
 
 
@@ -107,5 +109,10 @@ def plan_for(inference: InferenceConfig, options, kind: str, cache: CachePolicy)
     if kind == "line" and steps and not options.sequential:
         rule = StepBudget(rule, steps)
     sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
+    fixed = tuple(sorted(set(getattr(options, "canvases", ()) or ()))) if kind != "edit" else ()
+    if any(n < 1 for n in fixed):
+        raise ValueError(f"canvases must be positive, got {list(fixed)}")
+    if fixed:  # fixed canvas lengths side by side, none grown (model/infer/lengths.py)
+        return DecodePlan(kind, effort, rule, block, cache, sampling, fixed, True)
     canvases = tuple(sorted(set(inference.line_canvases))) if kind == "line" else ()
     return DecodePlan(kind, effort, rule, block, cache, sampling, canvases)

@@ -43,8 +43,11 @@ class Running:
 
     @property
     def admits(self) -> bool:
-        """Whether requests may join once it runs: greedy decoding draws nothing from the generator."""
-        return self.plan.sampling.temperature <= 0
+        """Whether requests may join once it runs: greedy decoding draws nothing from the generator,
+        and a joiner is one request's rows (fixed lengths side by side are decoded by model/infer/lengths.py)."""
+        return self.plan.sampling.temperature <= 0 and not (
+            self.plan.fixed_canvas and self.plan.line_canvases
+        )
 
     @property
     def open(self) -> int:
