@@ -116,6 +116,9 @@ def ready(editor: Editor, rel: str) -> None:
     editor.wait_status("Ready", 90)
 
 
+# what the shipped model writes here varies with the machine's timing (debounce, partial typing), and
+# VS Code's own bracket handling then changes the line: these run with the long runs (-m slow)
+@pytest.mark.slow
 def test_ghost_text_appears_and_tab_accepts_it(editor):
     ready(editor, "shapes.py")
     editor.press("Control+End")
@@ -151,6 +154,7 @@ def drawn_for(editor: Editor, name: str) -> list[list[str]]:
     return drawn if any(re.search(rf"\b{name}\b", label) for _, label in drawn) else []
 
 
+@pytest.mark.slow
 def test_rename_shows_next_edit_marks_and_tab_applies_them(editor):
     ready(editor, "geometry.py")
     editor.go_to(1, 10)  # `width` in `def area(width, height)`
