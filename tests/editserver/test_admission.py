@@ -15,14 +15,7 @@ from editserver.model.infer.engine import Engine, FimRequest, SamplingOptions
 from editserver.model.infer.transformer import ContextTooLongError
 from editserver.server.metrics import Metrics
 from editserver.server.scheduler import Scheduler
-
-SUFFIX = "\n\nprint(add(1, 2))\n"
-PREFIXES = [
-    "def add(a, b):\n    return ",
-    "class Point:\n    def __init__(self, x",
-    "import os\nx = ",
-    "for i in ",
-]
+from tests.model.test_admission import PREFIXES, SUFFIX
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.extensions.conftest import free_port, quiet_env, wait_until
+from tests.lsp.conftest import stop as stop_process
 
 TOOLS = Path(
     os.environ.get("EDITSERVER_VSCODE_TOOLS", Path.home() / ".cache" / "editserver" / "vscode-tools")
@@ -111,13 +112,7 @@ class CodeServer:
         wait_until(listening, 60, "code-server to listen")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 # JavaScript read from the page. Monaco reuses line nodes, so lines are ordered by their `top`.
