@@ -7,6 +7,7 @@ model that writes sensible code use ``shipped_checkpoint`` (the committed defaul
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -27,6 +28,14 @@ CORPUS = [
     'package main\n\nfunc main() {\n\tfmt.Println("hi")\n}\n',
     "fn main() {\n    let v: Vec<i32> = Vec::new();\n}\n",
 ] * 20
+
+
+def pytest_configure(config):
+    # under pytest-xdist each worker takes its share of the cores for torch, so two workers on two
+    # cores do not each run two threads (processes the tests start keep their own --threads)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture(autouse=True)
