@@ -281,3 +281,25 @@ def test_llada_config_as_published(published, name):
     assert raw["max_sequence_length"] == 4096 and raw["rope_full_precision"] is True
     cfg = _engine(published[name]).model.cfg
     assert cfg.n_kv_heads == cfg.n_heads and cfg.norm_eps == 1e-5
+
+
+def test_added_tokens_json_stands_in_for_a_missing_decoder(published, tmp_path):
+    """The older form: tokenizer_config.json without ``added_tokens_decoder`` and ``added_tokens.json``
+    beside it tokenizes as the full config does, special tokens included."""
+    import shutil
+
+    src = published["DiffuCoder-7B-Instruct"]
+    d = shutil.copytree(src, tmp_path / "DiffuCoder-7B-Instruct")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    del cfg["added_tokens_decoder"]
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    full, legacy = _ours(src), _ours(d)
+    assert legacy.vocab_size == full.vocab_size
+    assert (legacy.mask_id, legacy.eot_id, legacy.eos_id) == (full.mask_id, full.eot_id, full.eos_id)
+    for text in MIXED:
+        assert legacy.encode_control(text) == full.encode_control(text), text
+        assert legacy.encode(text) == full.encode(text), text
+        assert not set(legacy.encode(text)) & set(legacy.special_ids.values()), text
+    (d / "added_tokens.json").write_text('{"<|dlm_pad|>": "x"}')
+    with pytest.raises(ValueError, match="added_tokens.json"):
+        _ours(d)

@@ -6,7 +6,8 @@ Design decisions:
   ``merges.txt``) and the same tokenizer is built here as transformers' ``Qwen2Tokenizer`` builds
   it: byte-level BPE, NFC normalization, Qwen2's split pattern, then the added tokens of
   ``tokenizer_config.json``'s ``added_tokens_decoder`` at exactly the ids listed there (an id that
-  cannot be placed is an error, never a silent shift). No tokenizer code from the directory runs.
+  cannot be placed is an error, never a silent shift), or, where it has none, ``added_tokens.json``'s
+  (the older form). No tokenizer code from the directory runs.
 - Text is text: ``encode`` never turns a string into a control token, whatever it spells
   (``<|endoftext|>``, ``<|mask|>``, ``<|fim_middle|>``, a chat tag; model/infer/tokenizer.py
   ``text_only``). Control tokens are matched only in strings the server builds itself
@@ -77,7 +78,7 @@ def read_tokenizer(d: Path, config: dict) -> HFTokenizer:
         ]
     )
     hf.decoder = decoders.ByteLevel()
-    added = config.get("added_tokens_decoder") or {}
+    added = config.get("added_tokens_decoder") or _legacy_added(d, config)
     for key in sorted(added, key=int):
         t = added[key]
         token = AddedToken(
@@ -95,6 +96,32 @@ def read_tokenizer(d: Path, config: dict) -> HFTokenizer:
                 f"cannot place it at (got {hf.token_to_id(t['content'])})"
             )
     return hf
+
+
+def _legacy_added(d: Path, config: dict) -> dict:
+    """``added_tokens.json`` (content to id) as an ``added_tokens_decoder``, for a directory whose
+    tokenizer_config.json has none: the older form transformers still reads. A token the config
+    names (bos/eos/pad/unk/mask, ``additional_special_tokens``) is special, as transformers makes it.
+    Every one is matched verbatim (not normalized): with no decoder to say which are ordinary text,
+    each is treated as a control tag, so user text that spells one stays text."""
+    path = d / "added_tokens.json"
+    if not path.is_file():
+        return {}
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if not isinstance(table, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in table.items()
+    ):
+        raise ValueError(f"{path} is not an object of token to id")
+    named = {
+        _token_name(config.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token", "mask_token")
+    }
+    named |= {_token_name(t) for t in config.get("additional_special_tokens") or []}
+    return {
+        str(i): {"content": c, "special": c in named, "normalized": False} for c, i in table.items()
+    }
 
 
 def read_chat_template(d: Path, config: dict) -> str | None:
