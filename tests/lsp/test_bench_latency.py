@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.lsp.conftest import REPO, quiet_env
 
 
@@ -39,3 +41,15 @@ def test_bench_latency_refuses_remote_urls():
     cmd = [sys.executable, "-m", "editserver.cli", "bench", "latency", "--url", "http://example.com:8000"]
     out = subprocess.run(cmd, cwd=REPO, env=quiet_env(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "loopback" in out.stderr
+
+
+@pytest.mark.slow
+def test_bench_latency_times_esc_to_the_first_edit_in_neovim(shipped_server):
+    """``--nvim N``: a rename in headless Neovim, every sample drawing its first next edit."""
+    cmd = [sys.executable, "-m", "editserver.cli", "bench", "latency", "--url", shipped_server]
+    cmd += ["--samples", "1", "--next-edits", "0", "--cross-file", "0", "--nvim", "2", "--json"]
+    out = subprocess.run(cmd, cwd=REPO, env=quiet_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    nv = json.loads(out.stdout.strip().splitlines()[-1])["nvim"]
+    assert nv["samples"] == 2 and len(nv["esc_to_first_edit_ms"]) == 2
+    assert None not in nv["esc_to_first_edit_ms"] and nv["n"] == 2 and 0 < nv["p50_ms"] <= nv["p95_ms"]
