@@ -84,7 +84,7 @@ from editserver.model.infer.cache import Rows
 from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
 from editserver.model.infer.draft import draft_region, step_drafts
 from editserver.model.infer.ensemble import done_hook
-from editserver.model.infer.layout import InPlaceLayout, layout_for
+from editserver.model.infer.layout import layout_for
 from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
 from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
 from editserver.model.infer.running import Running
@@ -476,56 +476,11 @@ class Engine:
         allowed = {self.tok.eot_id, *getattr(self.tok, "turn_end_ids", ())}
         return [i for i in self.tok.special_ids.values() if i not in allowed]
 
-    @torch.no_grad()
     def middle_ce(self, req: FimRequest, middle: str, left_to_right: bool = False) -> float:
-        """Mean cross-entropy (nats/token) of ``middle`` and its end-of-text on a FIM canvas: a smooth
-        quality signal for benchmarks where a weak model's pass@1 is near zero.
+        """Mean cross-entropy (nats/token) of ``middle`` and its end (model/infer/middle_ce.py)."""
+        from editserver.model.infer.middle_ce import middle_ce
 
-        Fully masked (the default): every answer token scored from the context alone, the t = 1 term
-        of the diffusion loss (model/train/diffusion.py). ``left_to_right``: answer token k scored with
-        tokens < k written and the rest still masked (teacher forcing), the state a block-of-one
-        decode meets at each step, so it tracks what greedy decoding can get right."""
-        n = req.max_tokens if req.max_tokens is not None else self.inference.fim_max_tokens
-        if isinstance(self.layout, InPlaceLayout):
-            return self._middle_ce_in_place(req, middle, n, left_to_right)
-        ctx, _ = self.fim_context(req, n)
-        target = [*self.tok.encode(middle), self.tok.eot_id][:n]
-        T = len(target)
-        mask = self.tok.mask_id
-        if left_to_right:  # row k: the answer's first k tokens, then masks; scored at position k
-            rows = [ctx + target[:k] + [mask] * (n - k) for k in range(T)]
-            scored_at = [len(ctx) + k for k in range(T)]
-        else:  # one fully masked row scored at every answer position
-            rows, scored_at = [ctx + [mask] * n], [len(ctx) + k for k in range(T)]
-        ids = torch.tensor(rows, device=self.device)  # [R, Lc + n]
-        which = torch.arange(T, device=self.device) if left_to_right else torch.zeros(T, dtype=torch.long)
-        scored = self.model(
-            ids,
-            context_lens=torch.full((len(rows),), len(ctx), device=self.device),
-            logits_index=(which.to(self.device), torch.tensor(scored_at, device=self.device)),
-        ).float()  # [T, V]; only these positions are projected, as training does
-        # over the tokens the sampler may propose: never the mask or a layout tag (denoise)
-        scored[:, [mask, *self.suppressed_ids()]] = float("-inf")
-        return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
-
-    def _middle_ce_in_place(self, req: FimRequest, middle: str, n: int, left_to_right: bool) -> float:
-        """``middle_ce`` on an in-place layout, through its exact cache policy (one row per state)."""
-        ctx, suf, _ = self.fim_layout(req, n)
-        target = [*self.tok.encode(middle), self.tok.eot_id][:n]
-        T, mask = len(target), self.tok.mask_id
-        canvases = [target[:k] + [mask] * (n - k) for k in range(T)] if left_to_right else [[mask] * n]
-        R = len(canvases)
-        policy = self.layout.exact_cache
-        state = policy.prepare(self.model, self._rows([ctx] * R, [n] * R, [suf] * R))
-        want = torch.zeros((R, n), dtype=torch.bool, device=self.device)  # [R, n]
-        if left_to_right:
-            want[torch.arange(T), torch.arange(T)] = True
-        else:
-            want[0, :T] = True
-        canvas = torch.tensor(canvases, device=self.device)  # [R, n]
-        scored = policy.logits(self.model, state, canvas, slice(0, n), None, want).float()  # [T, V]
-        scored[:, [mask, *self.suppressed_ids()]] = float("-inf")
-        return float(torch.nn.functional.cross_entropy(scored, torch.tensor(target, device=self.device)))
+        return middle_ce(self, req, middle, left_to_right)
 
     @staticmethod
     def _scored(res, i: int, n: int, confs: list[float]) -> list[float]:

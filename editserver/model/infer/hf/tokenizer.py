@@ -119,9 +119,7 @@ def _legacy_added(d: Path, config: dict) -> dict:
         _token_name(config.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token", "mask_token")
     }
     named |= {_token_name(t) for t in config.get("additional_special_tokens") or []}
-    return {
-        str(i): {"content": c, "special": c in named, "normalized": False} for c, i in table.items()
-    }
+    return {str(i): {"content": c, "special": c in named, "normalized": False} for c, i in table.items()}
 
 
 def read_chat_template(d: Path, config: dict) -> str | None:
