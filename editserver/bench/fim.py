@@ -125,7 +125,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per test execution")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
-    p.add_argument("--quantize", default="none", help="none | int8: weight-only int8 (default none)")
+    p.add_argument(
+        "--quantize",
+        default="none",
+        help="none | int8 | packed: CPU weights (model/infer/quant.py; default none)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.set_defaults(func=run)
 

@@ -48,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=2, help="torch threads per server (default 2)")
     p.add_argument("--dtype", default="auto", help="serving dtype of both servers (default auto)")
     p.add_argument("--device", default="cpu", help="serving device of both servers (default cpu)")
-    p.add_argument("--quantize", default="none", help="weights of both servers: none | int8 (default none)")
+    p.add_argument(
+        "--quantize", default="none", help="weights of both servers: none | int8 | packed (default none)"
+    )
     p.add_argument("--seed", type=int, default=0, help="which records are typed (default 0)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.set_defaults(func=run)

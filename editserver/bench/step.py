@@ -9,6 +9,10 @@ Design decisions:
   (``model.infer.ops.set_backend``), alternating per repetition so machine noise falls on both.
 - One token per step (``TopKRule(1)``), so every repetition takes the same number of steps; the
   figure is the decode's wall time over its steps (the block refreshes of the dual cache included).
+  Beside it, "later": the steps after the first, whose forward over the whole context (a one-step
+  decode, timed in the same round) is a prefill's cost, not a step's: the floor compares with them.
+- ``--quantize`` also takes ``packed`` (oneDNN's blocked layout for the same weights,
+  model/infer/quant.py).
 - The floor beside it: a batch-1 step reads every weight once (the embedding table aside: a step
   reads only its rows), so it takes at least weight bytes / memory bandwidth. The bandwidth is
   measured in the same run (a sum over a ``--bandwidth-mib`` tensor, best of five), so the ratio
@@ -48,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda if present) | cpu | cuda")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--repeat", type=int, default=3, help="timed decodes per backend and batch (default 3)")
-    p.add_argument("--quantize", default="none", help="weights to compare: none,int8 (default none)")
+    p.add_argument("--quantize", default="none", help="weights to compare: none,int8,packed (default none)")
     p.add_argument(
         "--reuse",
         default="off",
@@ -98,13 +102,19 @@ def bandwidth(mib: int, device: str) -> float:
 
 def weight_bytes(model) -> int:
     """Bytes a batch-1 step reads: every parameter and buffer but the embedding table."""
+    import torch
+
     skip = {id(model.embed_tokens.weight)}
     tensors = [t for t in [*model.parameters(), *model.buffers()] if id(t) not in skip]
+    # oneDNN-packed weights (model/infer/quant.py PackedLinear) are plain attributes, not buffers
+    tensors += [m.packed for m in model.modules() if isinstance(getattr(m, "packed", None), torch.Tensor)]
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _decode_ms(model, batch: int, args, device: str, store=None) -> tuple[float, int]:
-    """(wall ms, steps) of one decode of ``batch`` rows."""
+def _decode_ms(
+    model, batch: int, args, device: str, store=None, canvas: int | None = None
+) -> tuple[float, int]:
+    """(wall ms, steps) of one decode of ``batch`` rows (of a ``canvas``-token canvas if given)."""
     import torch
 
     from editserver.model.infer.cache import DualCache, Rows
@@ -120,21 +130,39 @@ def _decode_ms(model, batch: int, args, device: str, store=None) -> tuple[float,
         pre, torch.full((batch,), args.context, device=device), None, None, suf,
         torch.full((batch,), args.suffix, device=device),
     )  # fmt: skip
-    plan = DecodePlan("fim", "bench", TopKRule(1), args.canvas, DualCache(store=store))
+    canvas = canvas or args.canvas
+    plan = DecodePlan("fim", "bench", TopKRule(1), canvas, DualCache(store=store))
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     # end-of-text is never proposed (suppressed), so every decode takes ``canvas`` steps
-    res = denoise(model, rows, args.canvas, plan, Tokens(V - 1, V - 2, (V - 2,)))
+    res = denoise(model, rows, canvas, plan, Tokens(V - 1, V - 2, (V - 2,)))
     if device == "cuda":
         torch.cuda.synchronize()
     return 1000 * (time.perf_counter() - t0), res.steps
 
 
+def _timed(models, batch: int, args, device: str, variants, stores) -> dict:
+    """Per variant: [ms/step over the decode], [ms of a one-step decode: the forward over the whole
+    context], [ms/step of the steps after it]; rounds interleaved, the first one a warm-up."""
+    from editserver.model.infer import ops
+
+    times: dict = {v: ([], [], []) for v in variants}
+    for r in range(args.repeat + 1):  # the first round warms up (compilation, caches)
+        for v in variants if r % 2 == 0 else variants[::-1]:
+            ops.set_backend(v[0])
+            ms, steps = _decode_ms(models[v[1]], batch, args, device, stores[v])
+            first, _ = _decode_ms(models[v[1]], batch, args, device, stores[v], canvas=1)
+            if r:
+                times[v][0].append(ms / steps)
+                times[v][1].append(first)
+                times[v][2].append(max(ms - first, 0.0) / max(steps - 1, 1))
+    ops.set_backend("auto")
+    return times
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
-
-    from editserver.model.infer import ops
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     dtype = getattr(torch, args.dtype or ("bfloat16" if device == "cuda" else "float32"))
@@ -170,21 +198,21 @@ def run(args: argparse.Namespace) -> int:
         v: "/".join([v[0], *([v[1]] if len(quants) > 1 else []), *([v[2]] if len(reuse) > 1 else [])])
         for v in variants
     }
-    print(f"{'batch':>5} " + " ".join(f"{names[v] + ' ms/step':>18} {'x floor':>7}" for v in variants))
+    print(f"{'batch':>5} " + " ".join(
+        f"{names[v] + ' ms/step':>18} {'x floor':>7} {'later':>8} {'x floor':>7}" for v in variants
+    ))  # fmt: skip
+    out["first_ms"], out["later_ms"] = {}, {}
     for batch in [int(x) for x in args.batches.split(",") if x]:
-        times: dict = {v: [] for v in variants}
-        for r in range(args.repeat + 1):  # the first round warms up (compilation, caches)
-            for v in variants if r % 2 == 0 else variants[::-1]:
-                ops.set_backend(v[0])
-                ms, steps = _decode_ms(models[v[1]], batch, args, device, stores[v])
-                if r:
-                    times[v].append(ms / steps)
-        ops.set_backend("auto")
-        row = {names[v]: round(statistics.median(t), 3) for v, t in times.items()}
-        out["rows"][batch] = row
+        times = _timed(models, batch, args, device, variants, stores)
+        out["rows"][batch] = {names[v]: round(statistics.median(t[0]), 3) for v, t in times.items()}
+        out["first_ms"][batch] = {names[v]: round(statistics.median(t[1]), 3) for v, t in times.items()}
+        out["later_ms"][batch] = {names[v]: round(statistics.median(t[2]), 3) for v, t in times.items()}
         print(f"{batch:5d} " + " ".join(
-            f"{row[names[v]]:18.2f} {row[names[v]] / floors[v[1]]:7.2f}" for v in variants
+            f"{out['rows'][batch][names[v]]:18.2f} {out['rows'][batch][names[v]] / floors[v[1]]:7.2f}"
+            f" {out['later_ms'][batch][names[v]]:8.2f} {out['later_ms'][batch][names[v]] / floors[v[1]]:7.2f}"
+            for v in variants
         ))  # fmt: skip
+    print("later: ms per step after the first, whose forward over the whole context is timed alone")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0

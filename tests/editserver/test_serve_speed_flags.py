@@ -17,6 +17,7 @@ from editserver.bench.load import LocalServer
     [
         (["--prefix-cache-mb", "-1"], "prefix_cache_mb must be at least 0"),
         (["--quantize", "int8", "--device", "cuda"], "CPU only"),
+        (["--quantize", "packed", "--device", "cuda"], "CPU only"),
     ],
 )
 def test_bad_speed_flags_are_one_line_and_exit_2(flags, words):
@@ -25,8 +26,9 @@ def test_bad_speed_flags_are_one_line_and_exit_2(flags, words):
     assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1
 
 
-def test_a_server_with_reuse_and_int8_answers(tiny_checkpoint):
-    args = ["--model", str(tiny_checkpoint), "--prefix-cache-mb", "16", "--quantize", "int8"]
+@pytest.mark.parametrize("weights", ["int8", "packed"])
+def test_a_server_with_reuse_and_cpu_weights_answers(tiny_checkpoint, weights):
+    args = ["--model", str(tiny_checkpoint), "--prefix-cache-mb", "16", "--quantize", weights]
     body = {"prompt": "def add(a, b):\n    return ", "suffix": "\n", "max_tokens": 6, "stop": ["\n"]}
     with LocalServer(args) as server:
         for _ in range(2):  # the second finds the first's context

@@ -1,5 +1,6 @@
-"""Weight-only int8 (model/infer/quant.py): logits close to the unquantized model's on the open
-fixtures, our own transformer and the shipped checkpoint; answers through the engine; refusals."""
+"""CPU weight layouts (model/infer/quant.py). Weight-only int8: logits close to the unquantized
+model's on the open fixtures, our own transformer and the shipped checkpoint; answers through the
+engine; refusals. oneDNN-packed: the same products up to float rounding, the same answers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import Engine, FimRequest
-from editserver.model.infer.quant import Int8Linear, quantize
+from editserver.model.infer.quant import Int8Linear, PackedLinear, quantize
 from tests.hf_models import make_dream, make_llada
 
 
@@ -63,3 +64,36 @@ def test_engine_serves_an_int8_model(tiny_checkpoint):
 def test_unknown_quantization_is_refused(tiny_checkpoint):
     with pytest.raises(ValueError, match="quantize must be one of"):
         Engine.load(tiny_checkpoint, quantize="int4")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_linear_is_the_same_product(dtype):
+    """Packed where oneDNN can pack this dtype here, else the plain layer kept: the same product."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(96, 40, bias=True).to(dtype)
+    p = PackedLinear.of(lin)
+    assert p is lin or isinstance(p, PackedLinear)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for x in (torch.randn(3, 5, 96), torch.randn(1, 96), torch.randn(8, 192)[:, ::2]):  # a strided view too
+        x = x.to(dtype)
+        assert torch.allclose(p(x).float(), lin(x).float(), rtol=tol, atol=tol)
+    assert torch.equal(p.weight, lin.weight)
+
+
+def test_packed_open_family_logits_match(tmp_path):
+    d, _ = make_dream(tmp_path / "m")
+    model = load_checkpoint(d).model
+    q = quantize(copy.deepcopy(model), "packed")
+    assert any(isinstance(m, PackedLinear) for m in q.modules())  # fp32 packs on any x86 oneDNN
+    ids = torch.randint(0, model.cfg.vocab_size - 8, (2, 40), generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(model(ids), q(ids), atol=1e-4, rtol=1e-4)
+
+
+def test_engine_serves_a_packed_model_with_the_same_answers(tiny_checkpoint):
+    plain, q = Engine.load(tiny_checkpoint), Engine.load(tiny_checkpoint, quantize="packed")
+    for req in (
+        FimRequest("def add(a, b):\n    return ", "\n", max_tokens=6),
+        FimRequest("import os\n\nfor name in os.", "\n", max_tokens=8),
+    ):
+        a, b = plain.complete(req), q.complete(req)
+        assert (a.text, a.steps) == (b.text, b.steps)

@@ -35,8 +35,8 @@ Design decisions:
   the same as decoding the whole canvas and cutting afterwards; the steps are fewer (the LSP's
   mid-line completions stop at the first newline).
 - Context reuse across requests (``prefix_cache_mb``, model/infer/prefix.py) hands the family's cache
-  policy a store of recent contexts' keys/values; weight-only int8 (``Engine.load(quantize="int8")``,
-  model/infer/quant.py) changes the weights, not the engine.
+  policy a store of recent contexts' keys/values; a CPU weight layout (``Engine.load(quantize=...)``,
+  int8 or packed, model/infer/quant.py) changes the weights, not the engine.
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
   masked); ``complete`` is the batch of one. ``open(plan)`` starts such a batch that requests can
   join while it runs, at its block boundaries (model/infer/running.py), each answer
@@ -207,7 +207,7 @@ class Engine:
         prefix_cache_mb: float | None = None,
         quantize: str = "none",
     ) -> Engine:
-        """``quantize="int8"``: weight-only int8 on the CPU (model/infer/quant.py)."""
+        """``quantize``: "int8" (weight-only int8) or "packed" (oneDNN layout) on the CPU (model/infer/quant.py)."""
         kw = {} if max_context is None else {"max_context": max_context}
         ck = load_checkpoint(path, device=device, dtype=dtype, chat_template=chat_template, **kw)
         quant.quantize(ck.model, quantize)
