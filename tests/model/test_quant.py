@@ -74,7 +74,13 @@ def test_packed_linear_is_the_same_product(dtype):
     p = PackedLinear.of(lin)
     assert p is lin or isinstance(p, PackedLinear)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
-    for x in (torch.randn(3, 5, 96), torch.randn(1, 96), torch.randn(8, 192)[:, ::2]):  # a strided view too
+    # a step's block, one row, a strided view, and a context's forward (over PACKED_MAX_ROWS: unpacked)
+    for x in (
+        torch.randn(3, 5, 96),
+        torch.randn(1, 96),
+        torch.randn(8, 192)[:, ::2],
+        torch.randn(2, 150, 96),
+    ):
         x = x.to(dtype)
         assert torch.allclose(p(x).float(), lin(x).float(), rtol=tol, atol=tol)
     assert torch.equal(p.weight, lin.weight)

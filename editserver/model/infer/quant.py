@@ -17,7 +17,9 @@ Design decisions:
   PyTorch's own compiler uses for frozen CPU linears. A denoising step multiplies a block of 8-32
   rows, where MKL's plain GEMM is far from the machine's peak: at the Qwen2-0.5B shapes on a 2-core
   AVX2 CPU (2026-12-04, fp32) the packed product took 0.33-0.59x the time for 8-16 rows, and
-  1.2-1.3x for a 577-row context forward, so it pays where a decode spends its steps. Results
+  1.2-1.3x for a 577-row context forward, so a product of more than ``PACKED_MAX_ROWS`` rows
+  unpacks the weight (``to_dense``, a copy) and runs the plain GEMM: one copy of the weights is
+  kept, and each kind of product gets the faster kernel. Results
   differ from the plain product by float rounding only (max 2e-4 at those shapes). A CPU or dtype
   oneDNN cannot pack (bf16 without AVX-512 or AVX-NE-CONVERT) keeps the plain layer. ``auto`` (the
   server's default) packs on a CPU: the shipped model gave the same 200 HumanEval answers either way.
@@ -32,6 +34,9 @@ import torch
 from torch import nn
 
 QUANTIZE = ("auto", "none", "int8", "packed")
+# above this many rows (a context's forward, not a step's block) the packed weight is unpacked for
+# MKL's plain GEMM, faster there (module docstring); the copy costs a few percent of that product
+PACKED_MAX_ROWS = 128
 
 
 class Int8Linear(nn.Module):
@@ -89,6 +94,8 @@ class PackedLinear(nn.Module):
         return self.packed.to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() // x.shape[-1] > PACKED_MAX_ROWS:  # a context's forward: the plain GEMM is faster
+            return torch.nn.functional.linear(x, self.packed.to_dense(), self.bias)
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
