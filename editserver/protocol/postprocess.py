@@ -14,7 +14,10 @@ Design decisions:
   ``MAX_LINES``; runaway repetition inside a line (the same run of 3+ characters, several times in a row,
   ``X * a * a * a``) is cut after its first copy (``runaway``); text that re-types the start of the
   suffix is cut (``suffix_overlap``); closing brackets that would unbalance the line against what
-  the suffix already closes are dropped (``brackets``).
+  the suffix already closes are dropped (``brackets``). After a prefix that ends in a space (past
+  the line's indentation), an answer's own leading spaces before a word are dropped
+  (``double_space``): BPE tokenizers glue a space to the following word, so a model asked to go on
+  after ``width + `` often writes `` width``.
 - A request's own ``stop`` is applied by the engine before any of this and always wins: these rules
   never lengthen an answer, so nothing past a stop sequence can come back.
 - Short overlaps with the suffix count only when they are punctuation: a shared letter or two is
@@ -35,6 +38,9 @@ _C_BLOCK = ("{", "(", "[", "=>", ",")
 # a run of 3+ characters repeated at least 3 times back to back (``* x * x * x``)
 _RUNAWAY = re.compile(r"(.{3,40}?)\1{2,}")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
+# spaces then a word character: after a prefix that ends in a space, the model's own space before a
+# word doubles it (BPE glues a space to the word that follows); a comment's ``  #`` is left alone
+_SPACED_WORD = re.compile(r" +\w")
 BRACKET_LINES = 40  # prefix lines whose brackets count when balancing the answer's closers
 
 
@@ -191,6 +197,10 @@ def trim(
         t.text = "\n".join(kept)
     if line_prefix and not line_prefix.strip():
         t.text = t.text.lstrip(" \t")  # the cursor already stands at the line's indentation
+    elif line_prefix.endswith(" ") and _SPACED_WORD.match(t.text):
+        before = t.text
+        t.text = t.text.lstrip(" ")  # ``(width + `` then `` width``: the space is typed already
+        t.note("double_space", before)
     t.text = "\n".join(ln.rstrip() for ln in t.text.split("\n")).rstrip("\n")
     before = t.text
     t.text = "\n".join(cut_runaway(ln) for ln in t.text.split("\n"))

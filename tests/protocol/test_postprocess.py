@@ -38,6 +38,14 @@ def test_repeated_lines_are_cut():
     assert "repeated_line" in t.trimmed
 
 
+def test_a_space_already_typed_is_not_doubled():
+    t = trim(" width)", "area = (width + ", ")\n", "python")
+    assert t.text == "width" and t.trimmed[0] == "double_space"
+    assert trim(" # the sum", "x = a + b ", "\n", "python").text == " # the sum"  # two spaces before #
+    assert trim("width", "area = (width + ", "\n").text == "width"
+    assert trim("    return x", "def f(x):\n    ", "\n", "python").text == "return x"  # indentation
+
+
 def test_brackets_balanced_against_the_suffix():
     assert trim("foo(1, 2)]", "x = [", "]").text == "foo(1, 2)"
     assert trim("a[0]", "f(", ")").text == "a[0]"  # balanced: kept
@@ -69,6 +77,7 @@ def test_stop_is_never_undone_and_trim_only_shortens():
         ("\n    return x\n    return x\n\nclass A:", "def f(x):", "\n\nprint(1)\n", "python"),
         ("\u0001abc\ufffd))", "f(g(", "\n", ""),
         ("a, b) + c", "h(", ")\n", "go"),
+        (" width)", "area = (width + ", ")\n", "python"),
     ],
 )
 def test_idempotent(raw, prefix, suffix, lang):
