@@ -240,7 +240,11 @@ def run(args: argparse.Namespace) -> int:
         barrier(world)  # the other processes wait for rank 0's corpus
         if status or args.prepare_only:
             return status
-        return _train(args, world)
+        status = _train(args, world)
+        # every rank finished before any tears its connections down: a gloo rank whose peer closed
+        # first can abort at exit ("terminate called without an active exception") after a good run
+        barrier(world)
+        return status
     finally:
         close(world)
 
