@@ -127,8 +127,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     p.add_argument(
         "--quantize",
-        default="none",
-        help="none | int8 | packed: CPU weights (model/infer/quant.py; default none)",
+        default="auto",
+        help="auto | none | int8 | packed: CPU weights (model/infer/quant.py; default auto, as the server)",
     )
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.set_defaults(func=run)

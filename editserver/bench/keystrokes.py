@@ -49,7 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", help="serving dtype of both servers (default auto)")
     p.add_argument("--device", default="cpu", help="serving device of both servers (default cpu)")
     p.add_argument(
-        "--quantize", default="none", help="weights of both servers: none | int8 | packed (default none)"
+        "--quantize",
+        default="auto",
+        help="weights of both servers: auto | none | int8 | packed (default auto, as the server)",
     )
     p.add_argument("--seed", type=int, default=0, help="which records are typed (default 0)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
