@@ -9,7 +9,7 @@ Design decisions:
   characters, and the editor asks for the rest of the line (one-line FIM, ``stop`` a newline), and
   so on to the line's end. Nothing is committed to the repository.
 - Two real servers (``editserver serve`` on loopback), one with reuse off (``--prefix-cache-mb 0``)
-  and one with it on, both with ``--fim-threshold 0`` so every answer is shown and compared. Each
+  and one with it on (and with ``--prefix-cache-suffix``, the text after the cursor reused too), both with ``--fim-threshold 0`` so every answer is shown and compared. Each
   request goes to both, in alternating order, so machine noise falls on both alike.
 - Per server: p50/p95 per request after the first of each line (a line is one file's typing: its
   first request finds nothing of its own to reuse), the first request's p50 (time to first answer
@@ -45,6 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context-lines", type=int, default=60, help="file lines above and below (default 60)")
     p.add_argument("--max-tokens", type=int, default=24, help="max_tokens of each request (default 24)")
     p.add_argument("--prefix-cache-mb", type=float, default=256, help="reuse side's store (default 256)")
+    p.add_argument(
+        "--prefix-cache-suffix",
+        action="store_true",
+        help="the reuse side reuses the text after the cursor too",
+    )
     p.add_argument("--threads", type=int, default=2, help="torch threads per server (default 2)")
     p.add_argument("--dtype", default="auto", help="serving dtype of both servers (default auto)")
     p.add_argument("--device", default="cpu", help="serving device of both servers (default cpu)")
@@ -140,7 +145,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         with (
             LocalServer([*common, "--prefix-cache-mb", "0"], threads=args.threads) as off,
-            LocalServer([*common, "--prefix-cache-mb", str(arms["on"])], threads=args.threads) as on,
+            LocalServer(
+                [
+                    *common,
+                    "--prefix-cache-mb",
+                    str(arms["on"]),
+                    *(["--prefix-cache-suffix"] * args.prefix_cache_suffix),
+                ],
+                threads=args.threads,
+            ) as on,
             httpx.Client(timeout=600) as client,
         ):
             urls = {"off": off.url, "on": on.url}
@@ -162,18 +175,22 @@ def run(args: argparse.Namespace) -> int:
                         stats[arm]["first" if j == 0 else "later"].append(ms)
                         stats[arm]["exact"].append(texts[arm].strip() == line.typed[k:].strip())
                     same, n = same + (texts["on"] == texts["off"]), n + 1
+            store = client.get(f"{urls['on']}/health").json()["prefix_cache"]  # the reuse side's counters
     except (ServerStartError, httpx.HTTPError) as e:
         print(f"editserver bench keystrokes: error: {e}", file=sys.stderr)
         return 2
     out = {a: _summary(s["first"], s["later"], s["exact"]) for a, s in stats.items()}
     out["identical"] = round(same / max(1, n), 4)
-    out["requests"], out["lines"] = n, len(lines)
+    out["requests"], out["lines"], out["store"] = n, len(lines), store
     print(f"{len(lines)} lines, {n} requests per server ({args.chars} characters between requests)")
     print(f"{'reuse':>5} {'first p50':>10} {'p50 ms':>8} {'p95 ms':>8} {'exact':>6}")
     for a in arms:
         r = out[a]
         print(f"{a:>5} {r['first_p50_ms']:10.1f} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f} {r['exact']:6.3f}")
     print(f"identical answers, on vs off: {out['identical']:.3f}")
+    done = store["reused_tokens"] + store["computed_tokens"]
+    print(f"context tokens reused on the reuse side: {store['reused_tokens'] / max(1, done):.3f}"
+          + (" (the text after the cursor too)" if store["suffix"] else ""))  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0

@@ -17,10 +17,11 @@ Design decisions:
   reads only its rows), so it takes at least weight bytes / memory bandwidth. The bandwidth is
   measured in the same run (a sum over a ``--bandwidth-mib`` tensor, best of five), so the ratio
   compares like with like on a busy machine.
-- ``--reuse off,on`` adds the typing case: every decode of a batch size runs the same rows, so with
-  a prefix store (model/infer/prefix.py) each refresh after the warm-up round recomputes only the
-  canvas and what follows it, as a keystroke's request does when the text before the cursor is
-  unchanged.
+- ``--reuse off,on,suffix`` adds the typing case: every decode of a batch size runs the same rows
+  but for one more token typed at the end of the prefix (every variant types, so the contexts stay
+  equal), so with a prefix store (model/infer/prefix.py) each refresh after the warm-up round
+  recomputes the typed token, the canvas and, with ``on``, the suffix after it; ``suffix`` reuses
+  that too (``--suffix`` sets its length: the cursor's place in the file).
 - ``--quantize none,int8`` times the bf16/fp32 weights against weight-only int8 (model/infer/quant.py)
   in the same interleaved rounds, each against its own floor.
 """
@@ -56,8 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--reuse",
         default="off",
-        help="context reuse to compare: off,on (on: the rows' context is in the prefix store, as while "
-        "typing; default off)",
+        help="context reuse to compare: off,on,suffix (on: the rows' context is in the prefix store, as "
+        "while typing; suffix: the text after the cursor reused too; default off)",
     )
     p.add_argument(
         "--bandwidth-mib", type=int, default=1024, help="tensor read for the bandwidth (default 1024)"
@@ -112,9 +113,10 @@ def weight_bytes(model) -> int:
 
 
 def _decode_ms(
-    model, batch: int, args, device: str, store=None, canvas: int | None = None
+    model, batch: int, args, device: str, store=None, canvas: int | None = None, typed: int = 0
 ) -> tuple[float, int]:
-    """(wall ms, steps) of one decode of ``batch`` rows (of a ``canvas``-token canvas if given)."""
+    """(wall ms, steps) of one decode of ``batch`` rows (of a ``canvas``-token canvas if given) whose
+    prefix ends in ``typed`` more tokens."""
     import torch
 
     from editserver.model.infer.cache import DualCache, Rows
@@ -124,10 +126,11 @@ def _decode_ms(
 
     V = model.cfg.vocab_size
     g = torch.Generator().manual_seed(batch)
-    pre = torch.randint(0, V - 2, (batch, args.context), generator=g).to(device)
+    pre = torch.randint(0, V - 2, (batch, args.context), generator=g)
     suf = torch.randint(0, V - 2, (batch, args.suffix), generator=g).to(device)
+    pre = torch.cat([pre, torch.arange(typed).expand(batch, typed) % (V - 2)], dim=1).to(device)
     rows = Rows(
-        pre, torch.full((batch,), args.context, device=device), None, None, suf,
+        pre, torch.full((batch,), pre.shape[1], device=device), None, None, suf,
         torch.full((batch,), args.suffix, device=device),
     )  # fmt: skip
     canvas = canvas or args.canvas
@@ -151,8 +154,8 @@ def _timed(models, batch: int, args, device: str, variants, stores) -> dict:
     for r in range(args.repeat + 1):  # the first round warms up (compilation, caches)
         for v in variants if r % 2 == 0 else variants[::-1]:
             ops.set_backend(v[0])
-            ms, steps = _decode_ms(models[v[1]], batch, args, device, stores[v])
-            first, _ = _decode_ms(models[v[1]], batch, args, device, stores[v], canvas=1)
+            ms, steps = _decode_ms(models[v[1]], batch, args, device, stores[v], typed=2 * r)
+            first, _ = _decode_ms(models[v[1]], batch, args, device, stores[v], canvas=1, typed=2 * r + 1)
             if r:
                 times[v][0].append(ms / steps)
                 times[v][1].append(first)
@@ -189,11 +192,13 @@ def run(args: argparse.Namespace) -> int:
     from editserver.model.infer.prefix import PrefixStore
 
     reuse = [x for x in args.reuse.split(",") if x]
-    if not set(reuse) <= {"off", "on"}:
-        print("editserver bench step: error: --reuse takes off, on or off,on", file=sys.stderr)
+    if not set(reuse) <= {"off", "on", "suffix"}:
+        print(
+            "editserver bench step: error: --reuse takes off, on and suffix, comma-separated", file=sys.stderr
+        )
         return 2
     variants = [(b, q, u) for b in backends for q in quants for u in reuse]
-    stores = {v: PrefixStore(2**34) if v[2] == "on" else None for v in variants}
+    stores = {v: PrefixStore(2**34, suffix=v[2] == "suffix") if v[2] != "off" else None for v in variants}
     names = {
         v: "/".join([v[0], *([v[1]] if len(quants) > 1 else []), *([v[2]] if len(reuse) > 1 else [])])
         for v in variants

@@ -75,6 +75,7 @@ def load_engine(settings: Settings) -> Engine:
         settings.max_context,
         chat_template=settings.chat_template,
         prefix_cache_mb=settings.prefix_cache_mb,
+        prefix_cache_suffix=settings.prefix_cache_suffix,
         quantize=settings.quantize,
     )
 

@@ -143,6 +143,7 @@ async def health(request: Request) -> Health:
         queue_depth=s.scheduler.depth,
         running=s.scheduler.running,
         meta={**s.engine.ck.meta, **s.settings.extra},
+        prefix_cache=None if s.engine.prefix is None else s.engine.prefix.stats(),
     )
 
 

@@ -308,6 +308,8 @@ class Health(BaseModel):
     queue_depth: int
     running: int
     meta: dict
+    # the context store's counters (model/infer/prefix.py ``PrefixStore.stats``); None when reuse is off
+    prefix_cache: dict | None = None
 
 
 class ErrorBody(BaseModel):

@@ -150,6 +150,12 @@ class Settings:
         metavar="MIB",
         group=MODEL,
     )
+    prefix_cache_suffix: bool = opt(
+        False,
+        "with a prefix cache, reuse the text after the cursor too: a keystroke then computes only the "
+        "tokens typed and the answer, not the rest of the file (approximate, docs/experiments.md)",
+        group=MODEL,
+    )
     extra: dict = field(
         default_factory=dict, metadata={"cli": False}
     )  # free-form provenance shown by /health

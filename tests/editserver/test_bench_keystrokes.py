@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from editserver.bench.keystrokes import typing_lines
 
 BEFORE = "import os\n\n\ndef main():\n    pass\n"
@@ -22,10 +24,16 @@ RECORD = {
 }
 
 
-def _records(d: Path, repo: str = "jd+tenacity") -> Path:
+# a file long enough that a keystroke's context has text to reuse beyond the store's margins
+HELPERS = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n\n" for i in range(12))
+LONG = "import os\n\n\n" + HELPERS + "def main():\n    pass\n" + HELPERS.replace("helper", "tail")
+
+
+def _records(d: Path, repo: str = "jd+tenacity", before: str = BEFORE) -> Path:
     d.mkdir(parents=True, exist_ok=True)
+    at = before.split("\n").index("    pass")  # hunks count lines from 0
     with lzma.open(d / f"{repo}.jsonl.xz", "wt", encoding="utf-8") as fh:
-        fh.write(json.dumps(RECORD) + "\n")
+        fh.write(json.dumps({**RECORD, "before": before, "hunks": [[at, *RECORD["hunks"][0][1:]]]}) + "\n")
     return d
 
 
@@ -44,11 +52,13 @@ def test_typing_lines_come_from_held_out_records_only(tmp_path):
         raise AssertionError("a training repository's records were typed")
 
 
-def test_bench_keystrokes_compares_reuse_on_and_off(tmp_path, tiny_checkpoint):
-    edits = _records(tmp_path / "edits")
+@pytest.mark.parametrize("suffix", [False, True])
+def test_bench_keystrokes_compares_reuse_on_and_off(tmp_path, tiny_checkpoint, suffix):
+    edits = _records(tmp_path / "edits", before=LONG)
     out = tmp_path / "ks.json"
     cmd = [sys.executable, "-m", "editserver.cli", "bench", "keystrokes", "--edits", str(edits)]
     cmd += ["--model", str(tiny_checkpoint), "--chars", "10", "--max-tokens", "4", "--threads", "1"]
+    cmd += ["--prefix-cache-suffix"] * suffix
     r = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
@@ -57,6 +67,8 @@ def test_bench_keystrokes_compares_reuse_on_and_off(tmp_path, tiny_checkpoint):
     for arm in ("on", "off"):
         assert res[arm]["first_p50_ms"] > 0 and res[arm]["p50_ms"] > 0 and 0 <= res[arm]["exact"] <= 1
     assert "identical answers" in r.stdout
+    store = res["store"]  # the reuse server's /health: its later requests reused their contexts
+    assert store["suffix"] is suffix and store["hits"] >= 2 and store["reused_tokens"] > 0
 
 
 def test_bench_keystrokes_without_records_is_one_clear_line(tmp_path):

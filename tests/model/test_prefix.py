@@ -52,7 +52,7 @@ def test_store_replaces_an_entry_for_the_same_tokens_and_copies_what_it_keeps():
 
 
 def test_too_little_in_common_is_a_miss():
-    store = PrefixStore(max_bytes=10**6, min_reuse=16)
+    store = PrefixStore(max_bytes=10**6, min_reuse=16, margin=0)
     store.put(torch.arange(64), _kv(64))
     assert store.lookup(torch.cat([torch.arange(10), torch.arange(500, 554)])) is None
     assert store.lookup(torch.cat([torch.arange(20), torch.arange(500, 544)])).tokens == 20
@@ -62,18 +62,54 @@ def test_a_changed_token_invalidates_everything_after_it():
     old = torch.arange(100)
     new = old.clone()
     new[50] = 999
-    assert match(old, new, len(new)) == (50, 0, 0)
+    assert match(old, new, len(new)) == (50, 0, 0, 0)
     new2 = torch.cat([old[:50], ids(999), old[50:]])  # an inserted token: the rest moved, yet after it
     assert match(old, new2, len(new2))[0] + match(old, new2, len(new2))[2] == 50
-    assert match(old, old, 30) == (30, 0, 0)  # the caller's limit (the canvas) is never reused
+    assert match(old, old, 30) == (30, 0, 0, 0)  # the caller's limit (the canvas) is never reused
 
 
 def test_a_moved_run_is_found_after_dropped_tokens():
     """A window that drops the far end of the prefix moves every later token back by the drop."""
     old = torch.cat([ids(7), torch.arange(100, 160)])  # a lead tag, then the text
     new = torch.cat([ids(7), torch.arange(103, 160), ids(5, 6)])  # 3 tokens dropped, 2 typed
-    head, shift, run = match(old, new, len(new))
-    assert (head, shift, run) == (1, 3, 57)
+    assert match(old, new, len(new)) == (1, 3, 57, 0)
+
+
+def test_the_text_after_the_cursor_is_reused_only_when_asked_and_never_before_tail_from():
+    """Typed tokens move the text after them: with a tail, only the typed tokens are computed."""
+    old = torch.cat([torch.arange(100, 140), torch.arange(500, 540)])  # prefix | suffix
+    new = torch.cat([torch.arange(100, 140), ids(7, 8), torch.arange(500, 540)])  # 2 typed at 40
+    assert match(old, new, len(new)) == (40, 0, 0, 0)  # the default: all after the change computed
+    assert match(old, new, len(new), 0) == (40, 0, 0, 40)
+    assert match(old, new, len(new), 60) == (40, 0, 0, 22)  # the canvas ends at 60: not before it
+    assert match(old, new, len(new), 80) == (40, 0, 0, 0)  # fewer than PROBE tokens: not worth it
+    deleted = torch.cat([torch.arange(100, 139), torch.arange(500, 540)])  # a backspace
+    assert match(old, deleted, len(deleted), 0) == (39, 1, 40, 0)  # the moved run already covers it
+    store = PrefixStore(10**8, min_reuse=4)
+    store.put(old, _kv(80))
+    assert store.lookup(new, None, 0).tail == 0  # a store without suffix=True ignores tail_from
+    store = PrefixStore(10**8, min_reuse=4, suffix=True, margin=0)
+    store.put(old, _kv(80))
+    r = store.lookup(new, None, 0)
+    assert r.tokens == 80 and r.fresh.tolist() == [40, 41]
+
+
+def test_a_margin_is_recomputed_at_every_seam():
+    """The tokens nearest a change saw the old text most closely, so ``margin`` of them are computed
+    again on each side of it; a sequence's own start and end are no seams."""
+    old = torch.cat([ids(7), torch.arange(100, 160), torch.arange(500, 540)])  # tag | prefix | suffix
+    new = torch.cat([ids(7), torch.arange(103, 160), ids(5, 6), torch.arange(500, 540)])  # 3 dropped, 2 typed
+    store = PrefixStore(10**8, min_reuse=4, suffix=True, margin=4)
+    pos = torch.arange(101.0)[None, None, :, None].expand(1, 2, 101, 8).contiguous()  # value = old position
+    store.put(old, [(pos, pos)])
+    r = store.lookup(new, None, 0)
+    assert (r.head, r.shift, r.run, r.tail) == (1, 3, 57, 40)
+    assert r.spans == [(5, 8, 49), (64, 65, 36)]  # the tag (1 token) is all seam
+    assert r.fresh.tolist() == [0, 1, 2, 3, 4, *range(54, 64)]
+    assert r.reused.tolist() == [*range(5, 54), *range(64, 100)] and r.tokens == 85
+    kv = r.assemble(r.kv(8, 1e4), [(torch.full((1, 2, 15, 8), -1.0),) * 2])
+    got = kv[0][1][0, 0, :, 0]  # values: moved, never rotated
+    assert got[r.fresh].eq(-1).all() and got[5].item() == 8 and got[64].item() == 65
 
 
 def test_rotate_composes_positions():
@@ -115,11 +151,11 @@ def test_rerotated_keys_equal_fresh_ones_own_model(own):
     cached = model.encode_context(old)
     store.put(old[0], list(zip(cached.keys, cached.values)))
     r = store.lookup(new[0])
-    assert (r.head, r.shift, r.run) == (1, 4, 46)
+    assert (r.head, r.shift, r.run, r.tail) == (1, 4, 46, 0)
     reused = r.kv(model.cfg.head_dim, model.cfg.rope_theta)
     fresh = model.encode_context(new)
-    assert torch.allclose(reused[0][0], fresh.keys[0], atol=1e-5)
-    assert torch.allclose(reused[0][1], fresh.values[0], atol=1e-5)
+    assert torch.allclose(reused[0][0], fresh.keys[0][:, :, r.reused], atol=1e-5)
+    assert torch.allclose(reused[0][1], fresh.values[0][:, :, r.reused], atol=1e-5)
 
 
 def test_rerotated_keys_equal_fresh_ones_open_families(open_ck):
@@ -130,10 +166,48 @@ def test_rerotated_keys_equal_fresh_ones_open_families(open_ck):
     store = PrefixStore(10**8, min_reuse=4)
     store.put(old[0], [(k, v) for k, v in kv_old])
     r = store.lookup(new[0])
-    assert (r.head, r.shift, r.run) == (0, 3, 37)
+    assert (r.head, r.shift, r.run, r.tail) == (0, 3, 37, 0)
     reused = r.kv(model.cfg.head_dim, model.cfg.rope_theta)
     _, kv_new = model.encode(new)
-    assert torch.allclose(reused[0][0], kv_new[0][0], atol=1e-4)
+    assert torch.allclose(reused[0][0], kv_new[0][0][:, :, r.reused], atol=1e-4)
+
+
+def test_the_reused_tail_keys_equal_fresh_ones(own, open_ck):
+    """Tokens typed mid-context move the text after them on; layer 0's re-rotated tail keys must
+    equal those a fresh pass computes at the new positions."""
+    old = torch.cat([ids(1), torch.arange(10, 40), torch.arange(60, 90)])[None]  # [1, 61]
+    new = torch.cat([ids(1), torch.arange(10, 40), ids(5, 6, 7), torch.arange(60, 90)])[None]
+    for model, enc in [(own.model, "own"), (open_ck.model, "open")]:
+        if enc == "own":
+            ko = model.encode_context(old)
+            kv_old, fresh = list(zip(ko.keys, ko.values)), model.encode_context(new).keys[0]
+        else:
+            kv_old, fresh = model.encode(old)[1], model.encode(new)[1][0][0]
+        store = PrefixStore(10**8, min_reuse=4, suffix=True, margin=8)
+        store.put(old[0], kv_old)
+        r = store.lookup(new[0], None, 0)
+        assert (r.head, r.run, r.tail) == (31, 0, 30)
+        assert r.fresh.tolist() == list(range(23, 42))  # 3 typed, and 8 on either side
+        reused = r.kv(model.cfg.head_dim, model.cfg.rope_theta)
+        assert torch.allclose(reused[0][0], fresh[:, :, r.reused], atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["own", "open"])
+def test_typing_mid_file_with_the_suffix_reused_computes_only_what_was_typed(family, own, open_ck):
+    """A cursor with a long suffix after it: each keystroke computes the typed tokens (and the
+    canvas), not the suffix, and a repeated request answers as without a store."""
+    ck = own if family == "own" else open_ck
+    suffix = "\n" + SRC[200:] + SRC
+    reqs = typing(SRC[:200], "    value = compute(", suffix)
+    head_only, both = Engine(ck, prefix_cache_mb=64), Engine(ck, prefix_cache_mb=64, prefix_cache_suffix=True)
+    for r in reqs:
+        assert isinstance(both.complete(r).text, str)
+        head_only.complete(r)
+    h, b = head_only.prefix.stats(), both.prefix.stats()
+    assert b["hits"] == h["hits"] == len(reqs) - 1
+    assert b["computed_tokens"] * 2 < h["computed_tokens"]  # the suffix is most of each context
+    again = Engine(ck, prefix_cache_mb=0).complete(reqs[-1])
+    assert both.complete(reqs[-1]).text == again.text
 
 
 SRC = "".join(f"def f{i}(a, b):\n    return a + b * {i}\n\n" for i in range(12))
@@ -171,8 +245,8 @@ def test_documents_typed_at_once_do_not_see_each_other(family, own, open_ck):
     seen = []
     lookup = shared.prefix.lookup
 
-    def spy(x, limit=None):
-        r = lookup(x, limit)
+    def spy(x, limit=None, tail_from=None):
+        r = lookup(x, limit, tail_from)
         seen.append((x.tolist(), None if r is None else r.entry.ids.tolist()))
         return r
 

@@ -26,8 +26,8 @@ Design decisions:
   other blocks' keys/values then still reflect the block as it was at its first step (masks where
   tokens have since been committed), the approximation Fast-dLLM measured as nearly free.
 - Either cached policy may hold a ``PrefixStore`` (model/infer/prefix.py): ``ContextCache`` then
-  computes a context only from its first difference with a recent one, ``DualCache`` its first
-  refresh only from there (and always the canvas on). A policy with a store is not exact.
+  computes only the context positions a recent context does not supply, ``DualCache`` its first
+  refresh likewise (and always the canvas). A policy with a store is not exact.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _reused_context(model: Transformer, rows: Rows, store: PrefixStore) -> KVCac
     """``encode_context`` of ``rows`` computing only what ``store`` does not hold (model/infer/prefix.py)."""
     lens = rows.context_lens.tolist()
     ids = [rows.context[b, : lens[b]] for b in range(len(lens))]
-    found = [store.lookup(x) for x in ids]
+    found = [store.lookup(x, None, 0) for x in ids]  # the context holds no canvas: any end may be reused
     if not any(found):  # nothing to reuse: one batched pass, as without a store
         kv = model.encode_context(rows.context, rows.context_lens, rows.canvas_start())
         for b, x in enumerate(ids):
@@ -154,13 +154,14 @@ def _reused_context(model: Transformer, rows: Rows, store: PrefixStore) -> KVCac
         return kv
     per_row = []
     for b, x in enumerate(ids):
-        r = found[b] if found[b] is not None or b == 0 else store.lookup(x)  # an earlier row's entry
+        r = found[b] if found[b] is not None or b == 0 else store.lookup(x, None, 0)  # an earlier row's
         if r is None:
             one = model.encode_context(x[None])
             kv = list(zip(one.keys, one.values))
         else:
-            past = r.kv(model.cfg.head_dim, model.cfg.rope_theta)
-            kv = past if r.tokens == len(x) else model.extend_context(x[None, r.tokens :], past)
+            past, new = r.kv(model.cfg.head_dim, model.cfg.rope_theta), r.fresh.to(x.device)  # [n]
+            fresh = model.extend_context(x[None, new], past, new) if len(new) else []
+            kv = r.assemble(past, fresh)
         store.put(x, kv)
         per_row.append(kv)
     kv = _padded(per_row, rows.context.shape[1])
@@ -343,8 +344,10 @@ def _reused_refresh(model, state: InPlaceState, seq: torch.Tensor, only: slice, 
     B, L = seq.shape
     lens = state.valid.sum(dim=1).tolist()
     limits = (state.start + only.start - int(model.cfg.shift)).clamp_min(0).tolist()
+    idx = torch.arange(L, device=seq.device)[None, :]
+    ends = torch.where(state.on_canvas, idx + 1, 0).max(dim=1).values.tolist()  # after each canvas
     ids = [seq[b, : lens[b]] for b in range(B)]
-    found = [store.lookup(x, limits[b]) for b, x in enumerate(ids)]
+    found = [store.lookup(x, limits[b], ends[b]) for b, x in enumerate(ids)]
     if not any(found):  # nothing to reuse: one batched pass, as without a store
         h, kv = model.encode(seq, state.valid)
         for b, x in enumerate(ids):
@@ -353,19 +356,18 @@ def _reused_refresh(model, state: InPlaceState, seq: torch.Tensor, only: slice, 
     h = torch.zeros((B, L, model.cfg.dim), dtype=model.embed_tokens.weight.dtype, device=seq.device)
     per_row = []
     for b, x in enumerate(ids):
-        r = found[b] if found[b] is not None or b == 0 else store.lookup(x, limits[b])
+        r = found[b] if found[b] is not None or b == 0 else store.lookup(x, limits[b], ends[b])
         if r is None:
             hb, kv = model.encode(x[None])
             h[b, : lens[b]] = hb[0]
         else:
-            past, t, fresh = r.kv(model.cfg.head_dim, model.cfg.rope_theta), r.tokens, []
-            pos = torch.arange(t, lens[b], device=seq.device)[None, :]  # [1, n]
+            # the fresh positions include the canvas (and the token before it when logits shift)
+            past, new, fresh = r.kv(model.cfg.head_dim, model.cfg.rope_theta), r.fresh.to(seq.device), []
             ones = torch.ones((1, lens[b]), dtype=torch.bool, device=seq.device)
-            h[b, t : lens[b]] = model.encode_span(x[None, t:], pos, ones[:, t:], past, ones[:, :t], fresh)[0]
-            kv = [
-                (torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2))
-                for (pk, pv), (k, v) in zip(past, fresh)
-            ]
+            h[b, new] = model.encode_span(
+                x[None, new], new[None], ones[:, new], past, ones[:, : r.tokens], fresh
+            )[0]
+            kv = r.assemble(past, fresh)
         store.put(x, kv)
         per_row.append(kv)
     return h, _padded(per_row, L)

@@ -169,6 +169,7 @@ class Engine:
         cache: str = "default",
         max_context: int | None = None,
         prefix_cache_mb: float | None = None,
+        prefix_cache_suffix: bool = False,
     ):
         if cache not in ("default", "exact"):
             raise ValueError(f"cache must be default or exact, got {cache!r}")
@@ -182,18 +183,18 @@ class Engine:
         self.cache = self.layout.exact_cache if cache == "exact" else self.layout.cache
         self.prefix: PrefixStore | None = None
         if cache == "default":
-            self.use_prefix_cache(prefix_cache_mb)
+            self.use_prefix_cache(prefix_cache_mb, prefix_cache_suffix)
 
-    def use_prefix_cache(self, mb: float | None) -> None:
+    def use_prefix_cache(self, mb: float | None, suffix: bool = False) -> None:
         """Keep up to ``mb`` MiB of recent contexts' keys/values for later requests to reuse
         (model/infer/prefix.py); 0 turns reuse off, None takes the family's default
-        (``prefix.DEFAULT_MB``). Reused keys/values are approximate for these bidirectional models,
+        (``prefix.DEFAULT_MB``); ``suffix`` reuses the text after a change too. Reused keys/values are approximate for these bidirectional models,
         so each default follows ``editserver bench keystrokes`` (docs/experiments.md)."""
         if mb is None:
             mb = DEFAULT_MB.get(self.family, DEFAULT_MB["open"])
         if mb < 0:
             raise ValueError(f"prefix cache size must be at least 0 MiB, got {mb}")
-        self.prefix = PrefixStore(int(mb * 2**20)) if mb > 0 else None
+        self.prefix = PrefixStore(int(mb * 2**20), suffix=suffix) if mb > 0 else None
         self.cache = dataclasses.replace(self.cache, store=self.prefix)
 
     @classmethod
@@ -206,12 +207,19 @@ class Engine:
         chat_template: str = "auto",
         prefix_cache_mb: float | None = None,
         quantize: str = "none",
+        prefix_cache_suffix: bool = False,
     ) -> Engine:
         """``quantize``: "int8" (weight-only int8) or "packed" (oneDNN layout) on the CPU (model/infer/quant.py)."""
         kw = {} if max_context is None else {"max_context": max_context}
         ck = load_checkpoint(path, device=device, dtype=dtype, chat_template=chat_template, **kw)
         quant.quantize(ck.model, quantize)
-        return cls(ck, device, max_context=max_context, prefix_cache_mb=prefix_cache_mb)
+        return cls(
+            ck,
+            device,
+            max_context=max_context,
+            prefix_cache_mb=prefix_cache_mb,
+            prefix_cache_suffix=prefix_cache_suffix,
+        )
 
     @property
     def family(self) -> str:

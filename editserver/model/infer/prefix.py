@@ -10,15 +10,21 @@ recompute what the first computed. Design decisions:
 - What is reused (``Reuse``): the longest common prefix at the same positions (``head``), then, when
   the layout moved the tokens that follow (a fixed window around the cursor drops the far end of the
   prefix as the user types, model/infer/layout.py), the longest run of old tokens ``shift`` positions
-  further on (``run``). Everything after the first difference is recomputed, and so is the canvas
-  (the caller's ``limit``). The moved run's keys are rotated back by ``shift`` positions: rotary
-  embedding is a rotation by angle ``pos * theta_i`` per channel pair (RoFormer, Su et al. 2021,
-  Eq. 34), so R(p - d) k = R(-d) R(p) k and the re-rotation is exact up to rounding
-  (``rotate``); values carry no position and are reused as they are.
-- For bidirectional models this is an approximation, as the dual cache is (model/infer/cache.py):
-  the reused keys/values were computed beside the old text after the first difference. Whether it
-  changes answers is measured (``editserver bench keystrokes``), and each family's default follows
-  from that measurement (model/infer/engine.py).
+  further on (``run``). The canvas is always recomputed (the caller's ``limit``). Moved keys are
+  rotated by their move: rotary embedding is a rotation by angle ``pos * theta_i`` per channel pair
+  (RoFormer, Su et al. 2021, Eq. 34), so R(p + d) k = R(d) R(p) k and the re-rotation is exact up
+  to rounding (``rotate``); values carry no position and are reused as they are.
+- By default a changed token invalidates everything after it. A store made with ``suffix=True``
+  reuses the text after the cursor too (``tail``): a keystroke inserts or deletes tokens before it,
+  so the longest common suffix of old and new sits ``len(new) - len(old)`` positions away and is
+  rotated by that much. The caller says where it may start (``tail_from``: after the canvas), so a
+  cursor in the middle of a file computes a few tokens, not the whole suffix.
+- For bidirectional models reuse is an approximation, as the dual cache is (model/infer/cache.py):
+  a reused key saw the old text. It saw it most closely next to a change, so ``margin`` tokens are
+  recomputed on either side of every seam (a typed change, the window's dropped tokens, the moved
+  tail). On the shipped model's typing replay this took identical answers from 52.8% to 99.2% and
+  94.8% on two sets of lines (docs/experiments.md). Whether it changes answers is measured
+  (``editserver bench keystrokes``), and each family's default follows from that (``DEFAULT_MB``).
 - Entries are copied out of the batch that computed them, so an entry's bytes are its own and the
   bound counts what is really held. One lock guards the store: the scheduler's worker decodes, but
   tests and benchmarks may call an engine from several threads.
@@ -37,12 +43,13 @@ from editserver.model.infer.transformer import rope_tables
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k, v) [1, Hkv, L, D]
 # MiB of recent contexts kept for reuse by default, per family ("open": every open-weight family);
-# 0 keeps reuse off. Off for the shipped model: its answers changed on about half of the typing
-# replay's requests with reuse on (``editserver bench keystrokes``, docs/experiments.md), far from
-# "within noise". Off for the open families until a real checkpoint has been through the same replay
+# 0 keeps reuse off. Off for the shipped model: with the margin its FIM answers were identical on
+# 96.6% of the typing replay's requests, but next-edit answers have not been through such a replay
+# (docs/experiments.md). Off for the open families until a real checkpoint has been through it
 # (random-weight copies say nothing about answers).
 DEFAULT_MB = {"editserver": 0, "open": 0}
 PROBE = 8  # tokens the moved run is searched for by (a shorter run is not worth re-rotating)
+MARGIN = 32  # tokens recomputed on either side of a seam (module docstring)
 
 
 def rotate(k: torch.Tensor, delta: int, head_dim: int, theta: float) -> torch.Tensor:
@@ -80,56 +87,111 @@ class Entry:
 
 @dataclass
 class Reuse:
-    """What a request takes from an entry: old [0, head) at the same positions, then old
-    [head + shift, head + shift + run) at new positions [head, head + run)."""
+    """What a request of ``length`` tokens takes from an entry: old [0, head) at the same positions,
+    then old [head + shift, head + shift + run) at new positions [head, head + run), and old's last
+    ``tail`` tokens as its own last ``tail`` (``match``), each cut back by ``margin`` tokens at every
+    seam (module docstring). The request computes the rest (``fresh``)."""
 
     entry: Entry
     head: int
     shift: int
     run: int
+    tail: int = 0
+    length: int = 0
+    margin: int = 0
+
+    @property
+    def spans(self) -> list[tuple[int, int, int]]:
+        """(new start, old start, length) of each reused span, seams cut back by ``margin``."""
+        old, out = len(self.entry.ids), []
+        raw = [(0, 0, self.head), (self.head, self.head + self.shift, self.run)]
+        raw.append((self.length - self.tail, old - self.tail, self.tail))
+        for new, was, n in raw:
+            lead = 0 if new == was == 0 else self.margin  # a sequence's own start is no seam
+            trail = 0 if new + n == self.length and was + n == old else self.margin
+            if n - lead - trail > 0:
+                out.append((new + lead, was + lead, n - lead - trail))
+        return out
 
     @property
     def tokens(self) -> int:
-        return self.head + self.run
+        return sum(n for _, _, n in self.spans)
+
+    @property
+    def fresh(self) -> torch.Tensor:
+        """[n] new positions the request computes itself, ascending."""
+        taken = torch.zeros(self.length, dtype=torch.bool)
+        for new, _, n in self.spans:
+            taken[new : new + n] = True
+        return (~taken).nonzero()[:, 0]
+
+    @property
+    def reused(self) -> torch.Tensor:
+        """[tokens] new positions of ``kv``'s keys/values, in its order."""
+        return torch.cat(
+            [torch.arange(new, new + n) for new, _, n in self.spans] or [torch.zeros(0, dtype=torch.long)]
+        )
 
     def kv(self, head_dim: int, theta: float) -> KV:
-        """Per layer (k, v) [1, Hkv, tokens, D] for new positions [0, tokens)."""
+        """Per layer (k, v) [1, Hkv, tokens, D] at new positions ``reused``: a moved span's keys rotated
+        by its move, R(p + d) k = R(d) R(p) k; values carry no position."""
         out = []
-        h, a, b = self.head, self.head + self.shift, self.head + self.shift + self.run
         for k, v in self.entry.kv:
-            if not self.run:
-                out.append((k[:, :, :h], v[:, :, :h]))
-                continue
-            moved = rotate(k[:, :, a:b], -self.shift, head_dim, theta)  # back to positions [h, h + run)
-            out.append(
-                (torch.cat([k[:, :, :h], moved], dim=2), torch.cat([v[:, :, :h], v[:, :, a:b]], dim=2))
-            )
+            ks = [k[:, :, w : w + n] if w == p else rotate(k[:, :, w : w + n], p - w, head_dim, theta)
+                  for p, w, n in self.spans]  # fmt: skip
+            vs = [v[:, :, w : w + n] for _, w, n in self.spans]
+            out.append((torch.cat(ks, dim=2), torch.cat(vs, dim=2)))
+        return out
+
+    def assemble(self, reused: KV, fresh: KV) -> KV:
+        """Per layer (k, v) [1, Hkv, length, D] in position order from ``kv``'s and the fresh ones."""
+        at, new = self.reused.to(reused[0][0].device), self.fresh.to(reused[0][0].device)
+        out = []
+        for i, (k, v) in enumerate(reused):
+            fk, fv = fresh[i] if fresh else (k[:, :, :0], v[:, :, :0])
+            K = k.new_empty((*k.shape[:2], self.length, k.shape[3]))
+            V = v.new_empty((*v.shape[:2], self.length, v.shape[3]))
+            K[:, :, at], V[:, :, at], K[:, :, new], V[:, :, new] = k, v, fk, fv
+            out.append((K, V))
         return out
 
 
-def match(old: torch.Tensor, new: torch.Tensor, limit: int) -> tuple[int, int, int]:
-    """(head, shift, run) of ``new`` against ``old`` (1-D ids), reusing at most ``limit`` tokens."""
-    head = min(_common(old, new), limit)
+def _moved(old: torch.Tensor, new: torch.Tensor, head: int, limit: int) -> tuple[int, int]:
+    """(shift, run): the longest run of ``new`` from ``head`` found ``shift`` > 0 tokens on in ``old``."""
     if head >= limit or head >= len(new):
-        return head, 0, 0
+        return 0, 0
     probe = new[head : head + PROBE]
     if len(probe) < PROBE:
-        return head, 0, 0
+        return 0, 0
     at = _find(probe, old, head + 1)
     if at < 0:
-        return head, 0, 0
-    shift = at - head
-    run = min(_common(old[at:], new[head:]), limit - head)
-    return head, shift, run
+        return 0, 0
+    return at - head, min(_common(old[at:], new[head:]), limit - head)
+
+
+def match(
+    old: torch.Tensor, new: torch.Tensor, limit: int, tail_from: int | None = None
+) -> tuple[int, int, int, int]:
+    """(head, shift, run, tail) of ``new`` against ``old`` (1-D ids): at most ``limit`` tokens from
+    the start, and a common suffix of ``tail`` tokens starting at or after new position ``tail_from``
+    (None: no suffix is reused)."""
+    head = min(_common(old, new), limit)
+    shift, run = _moved(old, new, head, limit)
+    if tail_from is None:
+        return head, shift, run, 0
+    room = min(len(new) - max(head + run, tail_from), len(old) - (head + shift + run))
+    tail = min(_common(old.flip(0), new.flip(0)), max(room, 0))
+    return head, shift, run, tail if tail >= PROBE else 0
 
 
 class PrefixStore:
     """Keys/values of recent contexts under a byte bound, least recently used evicted first."""
 
-    def __init__(self, max_bytes: int, min_reuse: int = 16):
+    def __init__(self, max_bytes: int, min_reuse: int = 16, suffix: bool = False, margin: int = MARGIN):
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
-        self.max_bytes, self.min_reuse = max_bytes, min_reuse
+        self.max_bytes, self.min_reuse, self.margin = max_bytes, min_reuse, margin
+        self.suffix = suffix  # reuse the text after a difference too (``match``'s tail); else recompute it
         self._entries: OrderedDict[int, Entry] = OrderedDict()
         self._next = 0
         self._lock = threading.Lock()
@@ -140,17 +202,21 @@ class PrefixStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, ids: torch.Tensor, limit: int | None = None) -> Reuse | None:
-        """The entry sharing the most tokens with ``ids`` [L] (at most ``limit``), or None when none
-        shares ``min_reuse``; a hit becomes the most recently used entry."""
+    def lookup(
+        self, ids: torch.Tensor, limit: int | None = None, tail_from: int | None = None
+    ) -> Reuse | None:
+        """The entry sharing the most tokens with ``ids`` [L] (at most ``limit`` from the start, and
+        a common end from ``tail_from`` on; ``match``), or None when none shares ``min_reuse``; a hit
+        becomes the most recently used entry."""
         ids = ids.cpu()
         limit = len(ids) if limit is None else min(limit, len(ids))
         with self._lock:
             best, best_key = None, None
             for key, e in self._entries.items():
-                head, shift, run = match(e.ids, ids, limit)
-                if best is None or head + run > best.tokens:
-                    best, best_key = Reuse(e, head, shift, run), key
+                found = match(e.ids, ids, limit, tail_from if self.suffix else None)
+                r = Reuse(e, *found, length=len(ids), margin=self.margin)
+                if best is None or r.tokens > best.tokens:
+                    best, best_key = r, key
             if best is None or best.tokens < min(self.min_reuse, limit) or best.tokens == 0:
                 self.misses += 1
                 self.computed_tokens += len(ids)
@@ -188,6 +254,8 @@ class PrefixStore:
             return {
                 "entries": len(self._entries),
                 "bytes": self.nbytes,
+                "max_bytes": self.max_bytes,
+                "suffix": self.suffix,
                 "hits": self.hits,
                 "misses": self.misses,
                 "evictions": self.evictions,

@@ -287,21 +287,20 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def extend_context(
-        self, ids: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]]
+        self, ids: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]], positions: torch.Tensor
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Keys/values of one row's context tokens ids [1, n] placed after ``past`` (per layer (k, v)
-        [1, Hkv, Lp, D], rotary positions 0..Lp-1): each layer's [1, Hkv, Lp + n, D]. The new tokens
-        attend to the past keys and to each other, as context tokens do (module docstring); the past
-        is not recomputed (model/infer/prefix.py)."""
+        """Keys/values of one row's context tokens ids [1, n] at rotary ``positions`` [n], beside
+        ``past`` (per layer (k, v) [1, Hkv, Lp, D], keys already rotated to their own positions, which
+        may lie before, between or after the new ones): each layer's new (k, v) [1, Hkv, n, D]. The
+        new tokens attend to the past keys and to each other, as context tokens do (module
+        docstring); the past is not recomputed (model/infer/prefix.py)."""
         B, n = ids.shape
-        Lp = past[0][0].shape[2]
-        self._check_len(Lp + n)
-        pos = torch.arange(Lp, Lp + n, device=ids.device).expand(B, n)
-        cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
+        self._check_len(past[0][0].shape[2] + n)
+        cos, sin = rope_tables(self.cfg.head_dim, positions.expand(B, n), self.cfg.rope_theta)
         x, out = self.embed(ids), []
         for layer, (pk, pv) in zip(self.layers, past):
             x, k, v = layer(x, cos, sin, None, past=(pk, pv))
-            out.append((torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)))
+            out.append((k, v))
         return out
 
     @torch.no_grad()
