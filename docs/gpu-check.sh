@@ -18,6 +18,11 @@ python -m editserver.cli bench kernels --shape qwen2-7b --json "$OUT/kernels-qwe
 # bandwidth, printed beside each figure), batch 1 and 16, Triton against SDPA, bf16.
 python -m editserver.cli bench step --shape qwen2-7b --batches 1,16 --canvas 16 --repeat 3 --dtype bfloat16 \
   --bandwidth-mib 4096 --json "$OUT/step-qwen2-7b.json" 2>&1 | tee "$OUT/step-qwen2-7b.txt"
+# The typing case at 7B: 512 tokens each side of the cursor, one token typed between decodes, context
+# reuse off, head only, and with the text after the cursor.
+python -m editserver.cli bench step --shape qwen2-7b --batches 1 --canvas 16 --context 512 --suffix 512 \
+  --reuse off,on,suffix --repeat 3 --dtype bfloat16 --bandwidth-mib 4096 \
+  --json "$OUT/step-qwen2-7b-typing.json" 2>&1 | tee "$OUT/step-qwen2-7b-typing.txt"
 # The typing replay at 7B through two servers (context reuse off and on): needs a downloaded 7B
 # diffusion model directory in MODEL_7B (for example Dream-Coder-v0-Instruct-7B) and the commit
 # records in EDITS (default ../shared/data/edits).
@@ -25,6 +30,9 @@ if [ -n "${MODEL_7B:-}" ]; then
   python -m editserver.cli bench keystrokes --model "$MODEL_7B" --device cuda --dtype bf16 \
     --edits "${EDITS:-../shared/data/edits}" --lines 20 --chars 3 --threads 4 \
     --json "$OUT/keystrokes-7b.json" 2>&1 | tee "$OUT/keystrokes-7b.txt"
+  python -m editserver.cli bench keystrokes --model "$MODEL_7B" --device cuda --dtype bf16 \
+    --edits "${EDITS:-../shared/data/edits}" --lines 20 --chars 3 --threads 4 --prefix-cache-suffix \
+    --json "$OUT/keystrokes-7b-suffix.json" 2>&1 | tee "$OUT/keystrokes-7b-suffix.txt"
 else
   echo "MODEL_7B unset: the 7B typing replay is skipped" | tee "$OUT/keystrokes-7b.txt"
 fi
