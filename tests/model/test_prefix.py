@@ -40,6 +40,23 @@ def test_store_hits_misses_and_least_recently_used_eviction():
     assert store.nbytes <= store.max_bytes
 
 
+def test_the_entry_bound_evicts_the_least_recently_used_too():
+    """Entries of a small model are small; their number is bounded as well, since a lookup compares
+    the request with each."""
+    store = PrefixStore(max_bytes=10**9, min_reuse=4, max_entries=3)
+    rows = [torch.arange(100 * i, 100 * i + 32) for i in range(4)]
+    for r in rows[:3]:
+        store.put(r, _kv(32))
+    assert store.lookup(rows[0]) is not None  # the first becomes the most recently used
+    store.put(rows[3], _kv(32))  # a fourth: the least recently used (rows[1]) goes
+    assert len(store) == 3 and store.evictions == 1
+    assert store.lookup(rows[1]) is None and all(
+        store.lookup(r) is not None for r in (rows[0], rows[2], rows[3])
+    )
+    with pytest.raises(ValueError, match="at least 1"):
+        PrefixStore(max_bytes=10, max_entries=0)
+
+
 def test_store_replaces_an_entry_for_the_same_tokens_and_copies_what_it_keeps():
     store = PrefixStore(max_bytes=10**6)
     kv = _kv(8)

@@ -3,7 +3,7 @@
 Two keystrokes apart, a document's requests share most of their tokens, so the second need not
 recompute what the first computed. Design decisions:
 - ``PrefixStore`` keeps, per recent sequence of token ids, each layer's keys/values [Hkv, L, D] of
-  that one row, under a byte bound with least-recently-used eviction. It knows nothing of documents:
+  that one row, under a byte bound and an entry bound with least-recently-used eviction. It knows nothing of documents:
   a request finds the entry that shares the most tokens with it, so two documents typed at once each
   find their own (their first tokens already differ), and an entry never feeds a request it shares
   too little with (``min_reuse``).
@@ -51,6 +51,9 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k, v) [1, Hkv, L, D]
 DEFAULT_MB = {"editserver": 64, "open": 0}
 PROBE = 8  # tokens the moved run is searched for by (a shorter run is not worth re-rotating)
 MARGIN = 32  # tokens recomputed on either side of a seam (module docstring)
+# entries kept at most, whatever their bytes: a lookup compares a request with every entry (about
+# 60 us each for 256 tokens on a 2-core CPU), so a small model's small entries must not pile up
+MAX_ENTRIES = 64
 
 
 def rotate(k: torch.Tensor, delta: int, head_dim: int, theta: float) -> torch.Tensor:
@@ -188,10 +191,22 @@ def match(
 class PrefixStore:
     """Keys/values of recent contexts under a byte bound, least recently used evicted first."""
 
-    def __init__(self, max_bytes: int, min_reuse: int = 16, suffix: bool = False, margin: int = MARGIN):
-        if max_bytes < 1:
-            raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
-        self.max_bytes, self.min_reuse, self.margin = max_bytes, min_reuse, margin
+    def __init__(
+        self,
+        max_bytes: int,
+        min_reuse: int = 16,
+        suffix: bool = False,
+        margin: int = MARGIN,
+        max_entries: int = MAX_ENTRIES,
+    ):
+        if max_bytes < 1 or max_entries < 1:
+            raise ValueError(f"max_bytes and max_entries must be at least 1, got {max_bytes}, {max_entries}")
+        self.max_bytes, self.min_reuse, self.margin, self.max_entries = (
+            max_bytes,
+            min_reuse,
+            margin,
+            max_entries,
+        )
         self.suffix = suffix  # reuse the text after a difference too (``match``'s tail); else recompute it
         self._entries: OrderedDict[int, Entry] = OrderedDict()
         self._next = 0
@@ -241,7 +256,9 @@ class PrefixStore:
                 if len(e.ids) == len(ids) and bool((e.ids == ids).all()):
                     self.nbytes -= e.nbytes
                     del self._entries[key]
-            while self._entries and self.nbytes + nbytes > self.max_bytes:
+            while self._entries and (
+                self.nbytes + nbytes > self.max_bytes or len(self._entries) >= self.max_entries
+            ):
                 _, old = self._entries.popitem(last=False)
                 self.nbytes -= old.nbytes
                 self.evictions += 1
@@ -256,6 +273,7 @@ class PrefixStore:
                 "entries": len(self._entries),
                 "bytes": self.nbytes,
                 "max_bytes": self.max_bytes,
+                "max_entries": self.max_entries,
                 "suffix": self.suffix,
                 "hits": self.hits,
                 "misses": self.misses,
