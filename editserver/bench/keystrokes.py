@@ -9,8 +9,9 @@ Design decisions:
   characters, and the editor asks for the rest of the line (one-line FIM, ``stop`` a newline), and
   so on to the line's end. Nothing is committed to the repository.
 - Two real servers (``editserver serve`` on loopback), one with reuse off (``--prefix-cache-mb 0``)
-  and one with it on (and with ``--prefix-cache-suffix``, the text after the cursor reused too), both with ``--fim-threshold 0`` so every answer is shown and compared. Each
-  request goes to both, in alternating order, so machine noise falls on both alike.
+  and one with it on (with ``--prefix-cache-suffix``, the text after the cursor reused too), both
+  with ``--fim-threshold 0`` so every answer is shown and compared. Each request goes to both, in
+  alternating order, so machine noise falls on both alike.
 - Per server: p50/p95 per request after the first of each line (a line is one file's typing: its
   first request finds nothing of its own to reuse), the first request's p50 (time to first answer
   in a file), and the exact-match rate (the answer is the rest of the line as committed). Between

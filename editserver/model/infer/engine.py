@@ -2,8 +2,8 @@
 
 Design decisions:
 - Two request types, both plain dataclasses with no HTTP in sight (model/infer/requests.py):
-  ``FimRequest`` (prefix/suffix) and ``EditRequest`` (an Inception next-edit prompt). The server, the replay harness and the
-  benchmarks all call this one function, so they measure what users get.
+  ``FimRequest`` (prefix/suffix) and ``EditRequest`` (an Inception next-edit prompt). The server,
+  the replay harness and the benchmarks all call this one function, so they measure what users get.
 - Where the tokens sit is the model family's layout (model/infer/layout.py): for this project's
   checkpoints ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` then a canvas of ``max_tokens`` masks,
   and for an edit the prompt, ``<|rewrite|>``, then a canvas as long as the region plus slack; for
@@ -123,8 +123,9 @@ class Engine:
     def use_prefix_cache(self, mb: float | None, suffix: bool = False) -> None:
         """Keep up to ``mb`` MiB of recent contexts' keys/values for later requests to reuse
         (model/infer/prefix.py); 0 turns reuse off, None takes the family's default
-        (``prefix.DEFAULT_MB``); ``suffix`` reuses the text after a change too. Reused keys/values are approximate for these bidirectional models,
-        so each default follows ``editserver bench keystrokes`` (docs/experiments.md)."""
+        (``prefix.DEFAULT_MB``); ``suffix`` reuses the text after a change too. Reused keys/values
+        are approximate for these bidirectional models, so each default follows ``editserver bench
+        keystrokes`` (docs/experiments.md)."""
         if mb is None:
             mb = DEFAULT_MB.get(self.family, DEFAULT_MB["open"])
         if mb < 0:

@@ -3,10 +3,10 @@
 Two keystrokes apart, a document's requests share most of their tokens, so the second need not
 recompute what the first computed. Design decisions:
 - ``PrefixStore`` keeps, per recent sequence of token ids, each layer's keys/values [Hkv, L, D] of
-  that one row, under a byte bound and an entry bound with least-recently-used eviction. It knows nothing of documents:
-  a request finds the entry that shares the most tokens with it, so two documents typed at once each
-  find their own (their first tokens already differ), and an entry never feeds a request it shares
-  too little with (``min_reuse``).
+  that one row, under a byte bound and an entry bound with least-recently-used eviction. It knows
+  nothing of documents: a request finds the entry that shares the most tokens with it, so two
+  documents typed at once each find their own (their first tokens already differ), and an entry
+  never feeds a request it shares too little with (``min_reuse``).
 - What is reused (``Reuse``): the longest common prefix at the same positions (``head``), then, when
   the layout moved the tokens that follow (a fixed window around the cursor drops the far end of the
   prefix as the user types, model/infer/layout.py), the longest run of old tokens ``shift`` positions
@@ -22,8 +22,8 @@ recompute what the first computed. Design decisions:
 - For bidirectional models reuse is an approximation, as the dual cache is (model/infer/cache.py):
   a reused key saw the old text. It saw it most closely next to a change, so ``margin`` tokens are
   recomputed on either side of every seam (a typed change, the window's dropped tokens, the moved
-  tail). On the shipped model's typing replay this took identical answers from 52.8% to 99.2% and
-  94.8% on two sets of lines (docs/experiments.md). Whether it changes answers is measured
+  tail). On the shipped model's typing replay through HTTP this took identical answers from 52.8%
+  to 99.2% and 95.4% on two sets of lines (docs/experiments.md). Whether it changes answers is measured
   (``editserver bench keystrokes``), and each family's default follows from that (``DEFAULT_MB``).
 - Entries are copied out of the batch that computed them, so an entry's bytes are its own and the
   bound counts what is really held. One lock guards the store: the scheduler's worker decodes, but
@@ -32,6 +32,7 @@ recompute what the first computed. Design decisions:
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -104,9 +105,10 @@ class Reuse:
     length: int = 0
     margin: int = 0
 
-    @property
+    @functools.cached_property
     def spans(self) -> list[tuple[int, int, int]]:
-        """(new start, old start, length) of each reused span, seams cut back by ``margin``."""
+        """(new start, old start, length) of each reused span, seams cut back by ``margin``; computed
+        once, since a lookup compares every entry's ``tokens`` and the caller then reads the rest."""
         old, out = len(self.entry.ids), []
         raw = [(0, 0, self.head), (self.head, self.head + self.shift, self.run)]
         raw.append((self.length - self.tail, old - self.tail, self.tail))

@@ -3,8 +3,8 @@
 Design decisions:
 - ``FimRequest`` (prefix/suffix) and ``EditRequest`` (an Inception next-edit prompt) share one
   ``SamplingOptions``; ``Completion`` is the one answer type of both (model/infer/engine.py).
-- They live apart from the engine so that the server's schemas, the replay harness and the
-  benchmarks can name them without the engine's imports; the engine re-exports them.
+- They live apart from the engine's logic only to keep each file readable; the engine re-exports
+  them, and callers import them from model/infer/engine.py.
 """
 
 from __future__ import annotations
