@@ -12,8 +12,10 @@ Design decisions:
   dedents out of the cursor's block (``dedent``), at a line the suffix already has next
   (``suffix_line``), at the second copy of a line it already wrote (``repeated_line``) or after
   ``MAX_LINES``; runaway repetition inside a line (the same run of 3+ characters, several times in a row,
-  ``X * a * a * a``) is cut after its first copy (``runaway``); text that re-types the start of the
-  suffix is cut (``suffix_overlap``); closing brackets that would unbalance the line against what
+  ``X * a * a * a``) is cut after its first copy (``runaway``); mid-line, an answer that opens by
+  re-typing the rest of the line (``(items):`` before ``(items, tax):``) is dropped whole
+  (``rewrites_rest``): the model rewrote that text rather than inserting before it, so any of it
+  would double it; text that re-types the start of the suffix is cut (``suffix_overlap``); closing brackets that would unbalance the line against what
   the suffix already closes are dropped (``brackets``). After a prefix that ends in a space (past
   the line's indentation), an answer's own leading spaces before a word are dropped
   (``double_space``): BPE tokenizers glue a space to the following word, so a model asked to go on
@@ -126,6 +128,28 @@ def cut_runaway(line: str) -> str:
     return line
 
 
+def rewrites_rest(text: str, line_suffix: str) -> bool:
+    """Whether ``text`` opens with the start of the rest of the line: a common head of 3+ characters,
+    cut back to whole words, that starts with punctuation or a space and holds a word (``(items`` of
+    ``(items):`` and ``(items, tax):``). A word only begun (`` + ba`` of `` + baz`` and `` + bar``) does
+    not count, nor does a head led by a word (``bar_baz, `` before ``bar)`` is a new argument).
+    Decided by ``text``'s first characters, so more text never undoes it (``settled``)."""
+    n = 0
+    for a, b in zip(text, line_suffix):
+        if a != b or a == "\n":
+            break
+        n += 1
+
+    def word(s: str, i: int) -> bool:  # where text ends, the word may go on
+        return i >= len(s) or s[i].isalnum() or s[i] == "_"
+
+    if n and (word(text, n) or word(line_suffix, n)):
+        while n and (text[n - 1].isalnum() or text[n - 1] == "_"):
+            n -= 1
+    head = text[:n]
+    return n >= 3 and not (head[0].isalnum() or head[0] == "_") and _WORD.search(head) is not None
+
+
 def cut_suffix_overlap(text: str, suffix: str, line_suffix: str) -> str:
     """Cut text that re-types the start of the suffix: a tail equal to its head, or, mid-line, the
     rest of the line written out in full inside the answer (``x) -> int:`` before ``) -> int:``)."""
@@ -205,6 +229,10 @@ def trim(
     before = t.text
     t.text = "\n".join(cut_runaway(ln) for ln in t.text.split("\n"))
     t.note("runaway", before)
+    if line_suffix.strip() and rewrites_rest(t.text, line_suffix):
+        t.trimmed.append("rewrites_rest")
+        t.text = ""
+        return t
     before = t.text
     t.text = cut_suffix_overlap(t.text, suffix, line_suffix)
     t.note("suffix_overlap", before)
@@ -217,7 +245,7 @@ def trim(
 
 
 # rules that cut a committed answer for good: nothing written after the cut can come back
-_FINAL = {"same_line", "dedent", "suffix_line", "repeated_line", "max_lines", "runaway"}
+_FINAL = {"same_line", "dedent", "suffix_line", "repeated_line", "max_lines", "runaway", "rewrites_rest"}
 
 
 def settled(text: str, prefix: str, suffix: str) -> bool:

@@ -22,6 +22,18 @@ def test_retyped_suffix_is_cut():
     assert trim("x + y", "z = ", "y + 1\n").text == "x + y"  # one shared letter is a coincidence
 
 
+def test_an_answer_rewriting_the_rest_of_the_line_is_dropped():
+    # just after a rename: `def compute_total|(items, tax):`, the model writes the signature again
+    t = trim("(items):", "def compute_total", "(items, tax):\n    return 1\n", "python")
+    assert t.text == "" and t.trimmed == ["rewrites_rest"]
+    assert trim("(items)", "def compute_total", "(items, tax):\n").text == ""
+    assert trim("(items_list)", "def compute_total", "(items, tax):\n").text == "(items_list)"
+    # insertions before the rest of the line stay
+    assert trim(" + baz", "x = foo", " + bar\n").text == " + baz"  # an operator alone
+    assert trim("bar_baz, ", "f(", "bar)\n").text == "bar_baz,"  # a new argument before it
+    assert trim("(items)", "def compute_total", "\n").text == "(items)"  # nothing after the cursor
+
+
 def test_runaway_repetition_is_cut():
     raw = "= weight_data * X_size_factor * X_size_factor * X_size_factor * X_size_factor"
     t = trim(raw, "    grad ", "\n", "python")
@@ -78,6 +90,7 @@ def test_stop_is_never_undone_and_trim_only_shortens():
         ("\u0001abc\ufffd))", "f(g(", "\n", ""),
         ("a, b) + c", "h(", ")\n", "go"),
         (" width)", "area = (width + ", ")\n", "python"),
+        ("(items):", "def compute_total", "(items, tax):\n", "python"),
     ],
 )
 def test_idempotent(raw, prefix, suffix, lang):
@@ -98,6 +111,8 @@ def test_settled_means_nothing_more_can_be_shown() -> None:
     from editserver.protocol.postprocess import settled
 
     assert not settled("x = 1", "def f():\n    ", "\n")  # a line still being written
+    assert settled("(items)", "def compute_total", "(items, tax):\n")  # re-typing the rest of the line
+    assert not settled("(items", "def compute_total", "(items, tax):\n")  # it may go on: (items_list
     assert settled("x = 1\ny = 2", "print(", ")\n")  # a one-line hole got a newline
     assert settled("a\n\ndef g(", "def f():\n    return ", "\n")  # dedented out of the block
     assert settled("w * size * size * size * size", "x = ", "\n")  # runaway repetition
