@@ -12,11 +12,12 @@ Design decisions:
   dedents out of the cursor's block (``dedent``), at a line the suffix already has next
   (``suffix_line``), at the second copy of a line it already wrote (``repeated_line``) or after
   ``MAX_LINES``; runaway repetition inside a line (the same run of 3+ characters, several times in a row,
-  ``X * a * a * a``) is cut after its first copy (``runaway``); mid-line, an answer that opens by
-  re-typing the rest of the line (``(items):`` before ``(items, tax):``) is dropped whole
-  (``rewrites_rest``): the model rewrote that text rather than inserting before it, so any of it
-  would double it; text that re-types the start of the suffix is cut (``suffix_overlap``); closing brackets that would unbalance the line against what
-  the suffix already closes are dropped (``brackets``). After a prefix that ends in a space (past
+  ``X * a * a * a``) is cut after its first copy (``runaway``); with code on both sides of the
+  cursor, an answer that opens by re-typing the rest of the line (``(items):`` before ``(items,
+  tax):``) is dropped whole (``rewrites_rest``): the model rewrote that text rather than inserting
+  before it, so any of it would double it; text that re-types the start of the suffix is cut
+  (``suffix_overlap``); closing brackets that would unbalance the line against what the suffix
+  already closes are dropped (``brackets``). After a prefix that ends in a space (past
   the line's indentation), an answer's own leading spaces before a word are dropped
   (``double_space``): BPE tokenizers glue a space to the following word, so a model asked to go on
   after ``width + `` often writes `` width``.
@@ -229,7 +230,9 @@ def trim(
     before = t.text
     t.text = "\n".join(cut_runaway(ln) for ln in t.text.split("\n"))
     t.note("runaway", before)
-    if line_suffix.strip() and rewrites_rest(t.text, line_suffix):
+    # only with code on both sides of the cursor: a hole at a line's start (a whole new line before
+    # the next one, as HumanEval's single-line holes) may well open like the next line
+    if line_prefix.strip() and line_suffix.strip() and rewrites_rest(t.text, line_suffix):
         t.trimmed.append("rewrites_rest")
         t.text = ""
         return t

@@ -32,6 +32,8 @@ def test_an_answer_rewriting_the_rest_of_the_line_is_dropped():
     assert trim(" + baz", "x = foo", " + bar\n").text == " + baz"  # an operator alone
     assert trim("bar_baz, ", "f(", "bar)\n").text == "bar_baz,"  # a new argument before it
     assert trim("(items)", "def compute_total", "\n").text == "(items)"  # nothing after the cursor
+    # a new line before the next one (nothing before the cursor) may open as that line does
+    assert trim("    return x", "def f(x):\n", "    return y\n", "python").text == "    return x"
 
 
 def test_runaway_repetition_is_cut():
