@@ -128,7 +128,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quantize",
         default="auto",
-        help="auto | none | int8 | packed: CPU weights (model/infer/quant.py; default auto, as the server)",
+        help="auto | none | int8 | packed | w8a8: CPU weights (model/infer/quant.py; default auto, as the server)",
     )
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.set_defaults(func=run)

@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quantize",
         default="auto",
-        help="weights of both servers: auto | none | int8 | packed (default auto, as the server)",
+        help="weights of both servers: auto | none | int8 | packed | w8a8 (default auto, as the server)",
     )
     p.add_argument("--seed", type=int, default=0, help="which records are typed (default 0)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")

@@ -53,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda if present) | cpu | cuda")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--repeat", type=int, default=3, help="timed decodes per backend and batch (default 3)")
-    p.add_argument("--quantize", default="none", help="weights to compare: none,int8,packed (default none)")
+    p.add_argument(
+        "--quantize", default="none", help="weights to compare: none,int8,packed,w8a8 (default none)"
+    )
     p.add_argument(
         "--reuse",
         default="off",

@@ -139,8 +139,10 @@ class Settings:
     quantize: str = opt(
         "auto",
         "CPU weights: packed (the same weights in oneDNN's layout: faster steps; auto picks it on a "
-        "CPU) or int8 (weight-only, per channel: half the bytes per step) (model/infer/quant.py)",
-        choices=["auto", "none", "int8", "packed"],
+        "CPU), int8 (weight-only, per channel: half the bytes per step) or w8a8 (int8 weights, and a "
+        "step's activations in int8 too: faster steps on CPUs without native bf16, answers change "
+        "more) (model/infer/quant.py)",
+        choices=["auto", "none", "int8", "packed", "w8a8"],
         group=MODEL,
     )
     prefix_cache_mb: float | None = opt(

@@ -18,6 +18,7 @@ from editserver.bench.load import LocalServer
         (["--prefix-cache-mb", "-1"], "prefix_cache_mb must be at least 0"),
         (["--quantize", "int8", "--device", "cuda"], "CPU only"),
         (["--quantize", "packed", "--device", "cuda"], "CPU only"),
+        (["--quantize", "w8a8", "--device", "cuda"], "CPU only"),
     ],
 )
 def test_bad_speed_flags_are_one_line_and_exit_2(flags, words):
@@ -26,7 +27,7 @@ def test_bad_speed_flags_are_one_line_and_exit_2(flags, words):
     assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("weights", ["int8", "packed"])
+@pytest.mark.parametrize("weights", ["int8", "packed", "w8a8"])
 def test_a_server_with_reuse_and_cpu_weights_answers(tiny_checkpoint, weights):
     args = ["--model", str(tiny_checkpoint), "--prefix-cache-mb", "16", "--quantize", weights]
     body = {"prompt": "def add(a, b):\n    return ", "suffix": "\n", "max_tokens": 6, "stop": ["\n"]}

@@ -1,4 +1,5 @@
-"""CPU weight layouts for serving: int8 (``--quantize int8``) and oneDNN-packed (``--quantize packed``).
+"""CPU weight layouts for serving: int8 (``--quantize int8``), int8 with int8 step activations
+(``--quantize w8a8``) and oneDNN-packed (``--quantize packed``).
 
 Design decisions:
 - A batch-1 denoising step on a CPU is bound by reading the weights (``editserver bench step`` prints
@@ -23,6 +24,17 @@ Design decisions:
   differ from the plain product by float rounding only (max 2e-4 at those shapes). A CPU or dtype
   oneDNN cannot pack (bf16 without AVX-512 or AVX-NE-CONVERT) keeps the plain layer. ``auto`` (the
   server's default) packs on a CPU: the shipped model gave the same 200 HumanEval answers either way.
+- ``w8a8`` stores the same int8 weights and, for a step's block of rows (up to
+  ``PACKED_MAX_ROWS``), quantizes the activations to int8 too, per call (dynamic, one scale for the
+  block), and multiplies with PyTorch's x86 quantized engine (``quantized::linear_dynamic``, fbgemm
+  or oneDNN integer kernels), which AVX2 runs natively where it only emulates bf16: at the
+  Qwen2-0.5B shape on a 2-core AVX2 CPU a step after the context took 0.46x the packed fp32 one
+  (docs/experiments.md). A product of more rows (a context's forward) multiplies by the
+  dequantized weights instead, so the keys every later step reads are weight-only int8: one scale
+  for a whole context would let its largest activations (a model's outlier channels, LLM.int8()
+  section 3) flatten the rest. The activations' rounding changes answers more than int8 weights
+  alone (the shipped model: 151 of 200 HumanEval single-line answers the same as packed, pass@1
+  the same), so nothing chooses it by default.
 - Every linear layer of the transformer blocks and an untied output head are converted; the
   embedding table stays (a step reads only its rows), and so does a head tied to it. A converted
   model serves; it does not train.
@@ -30,13 +42,22 @@ Design decisions:
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
-QUANTIZE = ("auto", "none", "int8", "packed")
+QUANTIZE = ("auto", "none", "int8", "packed", "w8a8")
 # above this many rows (a context's forward, not a step's block) the packed weight is unpacked for
 # MKL's plain GEMM, faster there (module docstring); the copy costs a few percent of that product
 PACKED_MAX_ROWS = 128
+
+
+def int8_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [out, in] int8, scale [out] fp32): symmetric absmax per output channel (module docstring)."""
+    w = w.detach().float()
+    scale = w.abs().amax(dim=1).clamp_min(1e-8) / 127.0  # [out]
+    return (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8).contiguous(), scale
 
 
 class Int8Linear(nn.Module):
@@ -48,10 +69,9 @@ class Int8Linear(nn.Module):
         # the kernel's fp32-activation path is a slow fallback (module docstring): fp32 models
         # multiply in bf16 and get their output back in fp32
         dtype = torch.bfloat16 if w.dtype == torch.float32 else w.dtype
-        scale = w.float().abs().amax(dim=1).clamp_min(1e-8) / 127.0  # [out]
-        q = (w.float() / scale[:, None]).round().clamp(-127, 127).to(torch.int8)  # [out, in]
+        q, scale = int8_per_channel(w)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("qweight", q.contiguous())
+        self.register_buffer("qweight", q)
         self.register_buffer("scales", scale.to(dtype))
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
 
@@ -68,6 +88,52 @@ class Int8Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
+
+
+class W8A8Linear(nn.Module):
+    """int8 weights [out, in] (one scale per output channel); a step's block of rows is quantized to
+    int8 on the fly for the CPU's quantized engine, a context's forward uses the dequantized weights
+    (module docstring)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        q, scale = int8_per_channel(linear.weight)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("qweight", q)
+        self.register_buffer("scales", scale)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        with warnings.catch_warnings():  # the quantized-tensor API warns of its future removal
+            warnings.simplefilter("ignore")
+            zero = torch.zeros_like(scale, dtype=torch.long)
+            qt = torch.quantize_per_channel(q.float() * scale[:, None], scale.double(), zero, 0, torch.qint8)
+            bias = None if self.bias is None else self.bias.float()
+            self.packed = torch.ops.quantized.linear_prepack(qt, bias)  # opaque: never saved
+
+    @staticmethod
+    def available() -> bool:
+        """Whether this PyTorch has the step's product here: an x86 quantized engine in use (fbgemm or
+        oneDNN) and the dynamic linear op (its quantized-tensor API is marked for removal)."""
+        try:
+            torch.ops.quantized.linear_dynamic  # noqa: B018 (a lookup that raises when absent)
+        except (AttributeError, RuntimeError):
+            return False
+        return torch.backends.quantized.engine in ("x86", "fbgemm", "onednn")
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dequantized weight [out, in] (for code that reads ``.weight``; not the hot path)."""
+        return self.qweight.float() * self.scales[:, None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        if x.numel() // shape[-1] > PACKED_MAX_ROWS:  # a context's forward: weight-only int8
+            return torch.nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
+        # reduce_range: 7-bit activations, so AVX2's int8 multiply-add (u8 x s8 pairs summed in
+        # int16) cannot saturate
+        y = torch.ops.quantized.linear_dynamic(
+            x.reshape(-1, shape[-1]).float().contiguous(), self.packed, True
+        )
+        return y.to(x.dtype).reshape(*shape[:-1], self.out_features)  # [*, out]
 
 
 class PackedLinear(nn.Module):
@@ -110,7 +176,9 @@ def quantize(model: nn.Module, how: str) -> nn.Module:
         return model
     if not on_cpu:
         raise ValueError(f"--quantize {how} runs on the CPU only")
-    convert = Int8Linear if how == "int8" else PackedLinear.of
+    if how == "w8a8" and not W8A8Linear.available():
+        raise ValueError("--quantize w8a8 needs PyTorch's x86 quantized engine (fbgemm or oneDNN)")
+    convert = {"int8": Int8Linear, "w8a8": W8A8Linear}.get(how, PackedLinear.of)
     for block in model.layers:
         for name, mod in list(block.named_modules()):
             if isinstance(mod, nn.Linear) and mod.out_features > 1:
