@@ -28,7 +28,7 @@ Design decisions:
   ``PACKED_MAX_ROWS``), quantizes the activations to int8 too, per call (dynamic, one scale for the
   block), and multiplies with PyTorch's x86 quantized engine (``quantized::linear_dynamic``, fbgemm
   or oneDNN integer kernels), which AVX2 runs natively where it only emulates bf16: at the
-  Qwen2-0.5B shape on a 2-core AVX2 CPU a step after the context took 0.46x the packed fp32 one
+  Qwen2-0.5B shape on a 2-core AVX2 CPU a step after the context took 0.54x the packed fp32 one
   (docs/experiments.md). A product of more rows (a context's forward) multiplies by the
   dequantized weights instead, so the keys every later step reads are weight-only int8: one scale
   for a whole context would let its largest activations (a model's outlier channels, LLM.int8()
