@@ -145,7 +145,8 @@ class Engine:
         quantize: str = "none",
         prefix_cache_suffix: bool = False,
     ) -> Engine:
-        """``quantize``: "int8" (weight-only int8), "w8a8" (int8 step activations too) or "packed" (oneDNN layout) on the CPU (model/infer/quant.py)."""
+        """``quantize``: "int8" (weight-only int8), "w8a8" (int8 step activations too) or "packed"
+        (oneDNN layout) on the CPU (model/infer/quant.py)."""
         kw = {} if max_context is None else {"max_context": max_context}
         ck = load_checkpoint(path, device=device, dtype=dtype, chat_template=chat_template, **kw)
         quant.quantize(ck.model, quantize)

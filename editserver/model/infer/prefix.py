@@ -108,7 +108,8 @@ class Reuse:
     @functools.cached_property
     def spans(self) -> list[tuple[int, int, int]]:
         """(new start, old start, length) of each reused span, seams cut back by ``margin``; computed
-        once, since a lookup compares every entry's ``tokens`` and the caller then reads the rest."""
+        once, since a lookup compares every entry's ``tokens`` and the caller then reads the rest
+        (``fresh`` and ``reused``, read by the caller and by ``assemble``, are kept likewise)."""
         old, out = len(self.entry.ids), []
         raw = [(0, 0, self.head), (self.head, self.head + self.shift, self.run)]
         raw.append((self.length - self.tail, old - self.tail, self.tail))
@@ -123,7 +124,7 @@ class Reuse:
     def tokens(self) -> int:
         return sum(n for _, _, n in self.spans)
 
-    @property
+    @functools.cached_property
     def fresh(self) -> torch.Tensor:
         """[n] new positions the request computes itself, ascending."""
         taken = torch.zeros(self.length, dtype=torch.bool)
@@ -131,7 +132,7 @@ class Reuse:
             taken[new : new + n] = True
         return (~taken).nonzero()[:, 0]
 
-    @property
+    @functools.cached_property
     def reused(self) -> torch.Tensor:
         """[tokens] new positions of ``kv``'s keys/values, in its order."""
         return torch.cat(

@@ -53,6 +53,11 @@ QUANTIZE = ("auto", "none", "int8", "packed", "w8a8")
 PACKED_MAX_ROWS = 128
 
 
+def _context_sized(x: torch.Tensor) -> bool:
+    """Whether ``x`` [..., in] holds more than ``PACKED_MAX_ROWS`` rows: a context's forward, not a step."""
+    return x.numel() // x.shape[-1] > PACKED_MAX_ROWS
+
+
 def int8_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [out, in] int8, scale [out] fp32): symmetric absmax per output channel (module docstring)."""
     w = w.detach().float()
@@ -126,7 +131,7 @@ class W8A8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        if x.numel() // shape[-1] > PACKED_MAX_ROWS:  # a context's forward: weight-only int8
+        if _context_sized(x):  # weight-only int8 (module docstring)
             return torch.nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
         # reduce_range: 7-bit activations, so AVX2's int8 multiply-add (u8 x s8 pairs summed in
         # int16) cannot saturate
@@ -160,7 +165,7 @@ class PackedLinear(nn.Module):
         return self.packed.to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() // x.shape[-1] > PACKED_MAX_ROWS:  # a context's forward: the plain GEMM is faster
+        if _context_sized(x):  # the plain GEMM is faster there
             return torch.nn.functional.linear(x, self.packed.to_dense(), self.bias)
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
 
