@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from editserver.bench import _lspclient as lspclient
+
 PRICING = "shop/pricing.py"
 FILES = {
     ".gitignore": "build/\n",
@@ -143,55 +145,25 @@ def _rss_mb(pid: int) -> float | None:
 
 async def _start(root: Path) -> dict:
     """One LSP on ``root``: index state after the build, RSS before and after, ms to the reply."""
-    from lsprotocol import types
-    from pygls.lsp.client import LanguageClient
-
-    client = LanguageClient("editserver-bench", "0.1")
-    for method in ("window/showMessage", "editserver/status"):
-        client.feature(method)(lambda params: None)  # not what this measures
-    cmd = [
-        sys.executable,
-        "-m",
-        "editserver.cli",
-        "lsp",
-        "--server-url",
-        "http://127.0.0.1:9",
-        "--no-autostart",
-    ]
-    await client.start_io(*cmd)
-    opts = {"telemetry": {"enabled": False}, "crossFile": True}
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(), initialization_options=opts, root_uri=root.as_uri()
-        )
+    # no model server behind it (port 9 refuses): the index does not need one, so no ready status
+    client = await lspclient.start(
+        "http://127.0.0.1:9", options={"crossFile": True}, root=root, ready_timeout=None
     )
     t0 = time.perf_counter()
-    client.initialized(types.InitializedParams())
     first = await client.protocol.send_request_async("editserver/indexState", {})
     rss0 = _rss_mb(first.pid)
     uri = (root / PRICING).resolve().as_uri()
-    text = (root / PRICING).read_text()
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(
-            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
-        )
-    )
+    lspclient.open_document(client, uri, (root / PRICING).read_text())
     keys = {"version": 1}
 
     async def keystroke() -> float:
         """A typed character and the document's state asked right after (didChange, incremental
         parse, history: the LSP's share of a keystroke), in ms."""
         keys["version"] += 1
-        end = types.Position(0, 0)
         t = time.perf_counter()
-        client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                types.VersionedTextDocumentIdentifier(version=keys["version"], uri=uri),
-                [types.TextDocumentContentChangePartial(range=types.Range(end, end), text="#")],
-            )
-        )
+        lspclient.change(client, uri, keys["version"], (0, 0), (0, 0), "#")
         await client.protocol.send_request_async("editserver/documentState", {"uri": uri})
-        return (time.perf_counter() - t) * 1000
+        return lspclient.since_ms(t)
 
     during: list[float] = []
     while (await client.protocol.send_request_async("editserver/indexState", {})).state != "ready":
@@ -200,12 +172,11 @@ async def _start(root: Path) -> dict:
     state = await client.protocol.send_request_async("editserver/indexState", {"wait": True})
     wall = (time.perf_counter() - t0) * 1000
     after = [await keystroke() for _ in range(max(10, min(len(during), 100)))]
-    out = {"state": state.state, "files": state.files, "stats": _plain(state.stats), "rss_before_mb": rss0}
+    out = {"state": state.state, "files": state.files, "stats": lspclient.plain(state.stats)}
+    out.update(rss_before_mb=rss0)
     out.update(rss_after_mb=_rss_mb(state.pid), wall_ms=round(wall, 1))
     out.update(keystroke_during_build=_p50(during), keystroke_after_build=_p50(after), keystrokes=len(during))
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
+    await lspclient.stop(client)
     return out
 
 
@@ -213,103 +184,40 @@ def _p50(values: list[float]) -> float | None:
     return round(sorted(values)[len(values) // 2], 2) if values else None
 
 
-def _plain(x: Any) -> Any:
-    return {k: _plain(v) for k, v in x._asdict().items()} if hasattr(x, "_asdict") else x
-
-
-def _apply(text: str, edits: list[dict]) -> str:
-    """LSP edits (ASCII text, so UTF-16 units are code points) applied to a text."""
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-
-    def off(p: dict) -> int:
-        return starts[min(p["line"], len(starts) - 1)] + p["character"]
-
-    for e in sorted(edits, key=lambda e: off(e["range"]["start"]), reverse=True):
-        text = text[: off(e["range"]["start"])] + e["newText"] + text[off(e["range"]["end"]) :]
-    return text
-
-
 async def _cross_sample(url: str, root: Path, env: dict) -> dict:
     """One fresh LSP on the indexed workspace: rename ``compute`` in shop/pricing.py, time the edits."""
     import re
 
-    from lsprotocol import types
-    from pygls.lsp.client import LanguageClient
-
-    client = LanguageClient("editserver-bench", "0.1")
-    ready = asyncio.Event()
     firsts: dict[str, float] = {}
     pricing = (root / PRICING).resolve().as_uri()
 
-    @client.feature("editserver/status")
-    def _status(params: Any) -> None:
-        if getattr(params, "state", None) == "ready":
-            ready.set()
-
-    @client.feature("editserver/nextEditPartial")
-    def _partial(params: Any) -> None:
+    def partial(params: Any) -> None:
         for e in params.edits or []:
             kind = "in_file" if e.textDocument.uri == pricing else "cross_file"
             firsts.setdefault(kind, time.perf_counter())
 
-    await client.start_io(
-        sys.executable, "-m", "editserver.cli", "lsp", "--server-url", url, "--no-autostart", env=env
+    client = await lspclient.start(
+        url, options={"crossFile": True}, root=root, env=env, handlers={"editserver/nextEditPartial": partial}
     )
-    opts = {"telemetry": {"enabled": False}, "crossFile": True}
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(), initialization_options=opts, root_uri=root.as_uri()
-        )
-    )
-    client.initialized(types.InitializedParams())
-    await asyncio.wait_for(ready.wait(), 120)
-    state = _plain(await client.protocol.send_request_async("editserver/indexState", {"wait": True}))
+    state = lspclient.plain(await client.protocol.send_request_async("editserver/indexState", {"wait": True}))
     text = (root / PRICING).read_text()
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(
-            types.TextDocumentItem(uri=pricing, language_id="python", version=1, text=text)
-        )
-    )
+    lspclient.open_document(client, pricing, text)
     line = text.splitlines().index("def compute(items, tax):")
     t0 = time.perf_counter()
-    rng = types.Range(types.Position(line, 4), types.Position(line, 11))
-    client.text_document_did_change(
-        types.DidChangeTextDocumentParams(
-            types.VersionedTextDocumentIdentifier(version=2, uri=pricing),
-            [types.TextDocumentContentChangePartial(range=rng, text="compute_total")],
-        )
-    )
-    res = await client.protocol.send_request_async(
-        "editserver/nextEdit",
-        {
-            "textDocument": {"uri": pricing},
-            "position": {"line": line, "character": 17},
-            "trigger": "auto",
-            "partialResults": True,
-        },
-    )
-    t_all = (time.perf_counter() - t0) * 1000
-    edits = [_plain_deep(e) for e in res.edits or []]
+    lspclient.change(client, pricing, 2, (line, 4), (line, 11), "compute_total")
+    res = await lspclient.next_edit(client, pricing, line, 17)
+    t_all = lspclient.since_ms(t0)
+    edits = [lspclient.plain(e) for e in res.edits or []]
     renamed = 0
     for rel in USES:
         u = (root / rel).resolve().as_uri()
-        after = _apply((root / rel).read_text(), [e for e in edits if e["textDocument"]["uri"] == u])
+        after = lspclient.apply_edits(
+            (root / rel).read_text(), [e for e in edits if e["textDocument"]["uri"] == u]
+        )
         renamed += len(re.findall(r"\bcompute_total\b", after)) if not re.search(r"\bcompute\b", after) else 0
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
+    await lspclient.stop(client)
     ms = {k: (v - t0) * 1000 for k, v in firsts.items()}
     return {"index": state["stats"], "all": t_all, "renamed": renamed, **ms}
-
-
-def _plain_deep(x: Any) -> Any:
-    if hasattr(x, "_asdict"):
-        return {k: _plain_deep(v) for k, v in x._asdict().items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain_deep(v) for v in x]
-    return x
 
 
 async def measure_cross_file(url: str, samples: int, files: int, bar=None) -> dict:

@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from editserver.bench import _lspclient as lspclient
+
 MAX_SAMPLES = 500
 # the canvas the LSP asks for a one-line completion (lsp/settings.py fim_line_max_tokens); a copy,
 # since editserver must not import the LSP (the layers point the other way)
@@ -84,6 +86,77 @@ def progress_bar(total: int, enabled: bool = True):
     return tqdm(total=total, desc="latency", unit="sample", file=sys.stderr, disable=not enabled)
 
 
+class _Typist:
+    """One LSP with one open document typed into at its end, and the same prefixes sent straight to
+    the HTTP API beside it."""
+
+    def __init__(self, client, http, url: str):
+        self.client, self.http, self.url = client, http, url
+        self.uri, self.text, self.version = "file:///bench/config_io.py", HEADER, 1
+        lspclient.open_document(client, self.uri, self.text)
+
+    async def direct(self) -> float:
+        """The current prefix straight to the HTTP API (what the LSP asks, minus the LSP), in ms."""
+        body = {
+            "model": "editserver",
+            "prompt": self.text,
+            "suffix": "",
+            "max_tokens": LSP_LINE_MAX_TOKENS,  # the canvas the LSP asks for a single line
+            "temperature": 0,
+            "stop": ["\n"],
+        }
+        t0 = time.perf_counter()
+        r = await self.http.post(self.url + "/v1/fim/completions", json=body)
+        r.raise_for_status()
+        return lspclient.since_ms(t0)
+
+    async def keystroke(self, ch: str) -> tuple[float, list]:
+        """Type one character at the end and ask for a completion there; (ms, items)."""
+        from lsprotocol import types
+
+        at = _position(self.text)
+        self.version += 1
+        t0 = time.perf_counter()
+        lspclient.change(self.client, self.uri, self.version, at, at, ch)
+        self.text += ch
+        res = await self.client.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                context=types.InlineCompletionContext(
+                    trigger_kind=types.InlineCompletionTriggerKind.Automatic
+                ),
+                text_document=types.TextDocumentIdentifier(uri=self.uri),
+                position=types.Position(*_position(self.text)),
+            )
+        )
+        ms = lspclient.since_ms(t0)
+        return ms, list(res.items if res is not None and not isinstance(res, list) else (res or []))
+
+
+async def _type(typist: _Typist, samples: int, bar) -> dict[str, list[float]]:
+    """Time ``samples`` keystrokes: answers from the model (each beside a direct HTTP request) and
+    from the LSP's cache (once, typing along the first suggestion)."""
+    got: dict[str, list[float]] = {"model": [], "cache": [], "direct": []}
+    last_id, typed_along = None, False
+    for ch in (TYPED * (samples // len(TYPED) + 1))[:samples]:
+        bar.update()
+        ms, items = await typist.keystroke(ch)
+        sid = items[0].command.arguments[0]["id"] if items else None
+        if sid is not None and sid == last_id:
+            got["cache"].append(ms)
+        else:
+            got["model"].append(ms)
+            got["direct"].append(await typist.direct())  # interleaved: both see the same machine load
+        last_id = sid or last_id
+        if items and not typed_along:
+            # once: type along the first suggestion; these answers come from the LSP's cache
+            typed_along = True
+            for along_ch in items[0].insert_text[:TYPE_ALONG]:
+                ms, along = await typist.keystroke(along_ch)
+                hit = along and along[0].command.arguments[0]["id"] == sid
+                got["cache" if hit else "model"].append(ms)
+    return got
+
+
 async def measure(
     url: str,
     samples: int,
@@ -95,121 +168,22 @@ async def measure(
     progress: bool = False,
 ) -> dict:
     import httpx
-    from lsprotocol import types
-    from pygls.lsp.client import LanguageClient
 
-    client = LanguageClient("editserver-bench", "0.1")
-    ready = asyncio.Event()
-
-    @client.feature("editserver/status")
-    def _status(params: Any) -> None:
-        if getattr(params, "state", None) == "ready":
-            ready.set()
-
-    cmd = [sys.executable, "-m", "editserver.cli", "lsp", "--server-url", url, "--no-autostart"]
-    if log_file:
-        cmd += ["--log-file", log_file]
-    await client.start_io(*cmd)
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(),
-            initialization_options={"debounceMs": debounce_ms, "telemetry": {"enabled": False}},
-        )
+    client = await lspclient.start(
+        url, options={"debounceMs": debounce_ms}, log_file=log_file, ready_timeout=60
     )
-    client.initialized(types.InitializedParams())
-    await asyncio.wait_for(ready.wait(), 60)
-    uri = "file:///bench/config_io.py"
-    text = HEADER
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(
-            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
-        )
-    )
-    model_ms: list[float] = []
-    cache_ms: list[float] = []
-    direct_ms: list[float] = []
-    http = httpx.AsyncClient(timeout=120, trust_env=False)
-    line_tokens = LSP_LINE_MAX_TOKENS
-
-    async def direct(prefix: str) -> float:
-        """The same prefix straight to the HTTP API (what the LSP asks, minus the LSP)."""
-        body = {
-            "model": "editserver",
-            "prompt": prefix,
-            "suffix": "",
-            "max_tokens": line_tokens,  # the canvas the LSP asks for a single line
-            "temperature": 0,
-            "stop": ["\n"],
-        }
-        t0 = time.perf_counter()
-        r = await http.post(url + "/v1/fim/completions", json=body)
-        r.raise_for_status()
-        return (time.perf_counter() - t0) * 1000
-
-    state = {"text": text, "version": 1}
-
-    async def keystroke(ch: str) -> tuple[float, list]:
-        """Type one character at the end and ask for a completion there; (ms, items)."""
-        line, char = _position(state["text"])
-        state["version"] += 1
-        t0 = time.perf_counter()
-        client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=state["version"]),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(types.Position(line, char), types.Position(line, char)), text=ch
-                    )
-                ],
-            )
-        )
-        state["text"] += ch
-        line, char = _position(state["text"])
-        res = await client.text_document_inline_completion_async(
-            types.InlineCompletionParams(
-                context=types.InlineCompletionContext(
-                    trigger_kind=types.InlineCompletionTriggerKind.Automatic
-                ),
-                text_document=types.TextDocumentIdentifier(uri=uri),
-                position=types.Position(line, char),
-            )
-        )
-        ms = (time.perf_counter() - t0) * 1000
-        return ms, list(res.items if res is not None and not isinstance(res, list) else (res or []))
-
-    last_id = None
-    typed_along = False
-    script = (TYPED * (samples // len(TYPED) + 1))[:samples]
     bar = progress_bar(samples + next_edits + cross_file, progress)
-    for ch in script:
-        bar.update()
-        ms, items = await keystroke(ch)
-        sid = items[0].command.arguments[0]["id"] if items else None
-        if sid is not None and sid == last_id:
-            cache_ms.append(ms)
-        else:
-            model_ms.append(ms)
-            direct_ms.append(await direct(state["text"]))  # interleaved: both see the same machine load
-        last_id = sid or last_id
-        if items and not typed_along:
-            # once: type along the first suggestion; these answers come from the LSP's cache
-            typed_along = True
-            for along_ch in items[0].insert_text[:TYPE_ALONG]:
-                ms, along = await keystroke(along_ch)
-                hit = along and along[0].command.arguments[0]["id"] == sid
-                (cache_ms if hit else model_ms).append(ms)
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
-
-    await http.aclose()
-
+    async with httpx.AsyncClient(timeout=120, trust_env=False) as http:
+        try:
+            got = await _type(_Typist(client, http, url), samples, bar)
+        finally:
+            await lspclient.stop(client)
     report = {
         "debounce_ms": debounce_ms,
-        "keystroke_to_suggestion": stats(model_ms + cache_ms),
-        "model_answers": stats(model_ms),
-        "cache_answers": stats(cache_ms),
-        "direct_http_fim": stats(direct_ms),
+        "keystroke_to_suggestion": stats(got["model"] + got["cache"]),
+        "model_answers": stats(got["model"]),
+        "cache_answers": stats(got["cache"]),
+        "direct_http_fim": stats(got["direct"]),
     }
     if next_edits:
         report["next_edit"] = await measure_next_edit(url, next_edits, log_file, bar)
@@ -258,123 +232,50 @@ def log_line(level, message):
 USES = len(re.findall(rf"(?<![.\w]){OLD}\(", SOURCE)) - 1  # besides the definition (textwrap's is not ours)
 
 
-def _apply(text: str, lines: list[str], edits: list[dict]) -> str:
-    """Apply LSP edits (UTF-16 = code points here: the scenario is ASCII) to ``text``."""
-    starts = [0]
-    for ln in lines:
-        starts.append(starts[-1] + len(ln) + 1)
-
-    def off(p: dict) -> int:
-        return starts[p["line"]] + p["character"]
-
-    for e in sorted(edits, key=lambda e: -off(e["range"]["start"])):
-        text = text[: off(e["range"]["start"])] + e["newText"] + text[off(e["range"]["end"]) :]
-    return text
-
-
-class _Lsp:
+class _Renamer:
     """One ``editserver lsp`` process with one open document, renamed back and forth."""
 
-    def __init__(self, url: str, log_file: str | None):
-        self.url, self.log_file = url, log_file
-        self.uri = "file:///bench/shorten.py"
-        self.text, self.version = SOURCE, 1
+    def __init__(self):
+        self.uri, self.text, self.version = "file:///bench/shorten.py", SOURCE, 1
         self.first_partial: float | None = None
 
-    async def start(self) -> None:
-        from lsprotocol import types
-        from pygls.lsp.client import LanguageClient
-
-        self.client = LanguageClient("editserver-bench", "0.1")
-        ready = asyncio.Event()
-
-        @self.client.feature("editserver/status")
-        def _status(params: Any) -> None:
-            if getattr(params, "state", None) == "ready":
-                ready.set()
-
-        @self.client.feature("editserver/nextEditPartial")
-        def _partial(params: Any) -> None:
+    async def start(self, url: str, log_file: str | None) -> None:
+        def partial(params: Any) -> None:
             if self.first_partial is None:
                 self.first_partial = time.perf_counter()
 
-        cmd = [sys.executable, "-m", "editserver.cli", "lsp", "--server-url", self.url, "--no-autostart"]
-        if self.log_file:
-            cmd += ["--log-file", f"{self.log_file}.next"]
-        await self.client.start_io(*cmd)
-        opts = {"telemetry": {"enabled": False}}
-        await self.client.initialize_async(
-            types.InitializeParams(capabilities=types.ClientCapabilities(), initialization_options=opts)
+        log = f"{log_file}.next" if log_file else None
+        self.client = await lspclient.start(
+            url, log_file=log, handlers={"editserver/nextEditPartial": partial}
         )
-        self.client.initialized(types.InitializedParams())
-        await asyncio.wait_for(ready.wait(), 120)
-        self.client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                types.TextDocumentItem(uri=self.uri, language_id="python", version=1, text=self.text)
-            )
-        )
+        lspclient.open_document(self.client, self.uri, self.text)
 
     async def rename(self, old: str, new: str) -> tuple[float, float, int]:
         """(ms to the first edit shown, ms to all, uses renamed by the reply's edits)."""
-        from lsprotocol import types
-
         at = self.text.index(f"def {old}(") + 4
         line = self.text.count("\n", 0, at)
         col = at - (self.text.rfind("\n", 0, at) + 1)
         self.version += 1
         self.first_partial = None
         t0 = time.perf_counter()
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                types.VersionedTextDocumentIdentifier(version=self.version, uri=self.uri),
-                [
-                    types.TextDocumentContentChangePartial(
-                        range=types.Range(types.Position(line, col), types.Position(line, col + len(old))),
-                        text=new,
-                    )
-                ],
-            )
-        )
+        lspclient.change(self.client, self.uri, self.version, (line, col), (line, col + len(old)), new)
         self.text = self.text[:at] + new + self.text[at + len(old) :]
-        res = await self.client.protocol.send_request_async(
-            "editserver/nextEdit",
-            {
-                "textDocument": {"uri": self.uri},
-                "position": {"line": line, "character": col + len(new)},
-                "trigger": "auto",
-                "partialResults": True,
-            },
-        )
-        t_all = (time.perf_counter() - t0) * 1000
-        edits = [_plain(e) for e in getattr(res, "edits", None) or []]
+        res = await lspclient.next_edit(self.client, self.uri, line, col + len(new))
+        t_all = lspclient.since_ms(t0)
+        edits = [lspclient.plain(e) for e in getattr(res, "edits", None) or []]
         t_first = (self.first_partial - t0) * 1000 if self.first_partial is not None else t_all
         if not edits:
             t_first = t_all  # nothing shown: the user waited the whole request
-        after = _apply(self.text, self.text.split("\n"), edits)
+        after = lspclient.apply_edits(self.text, edits)
         # uses carried to the new name; textwrap.shorten renamed too (a wrong edit) counts against
         renamed = USES - len(re.findall(rf"(?<![.\w]){old}\(", after)) - ("textwrap.clip(" in after)
         # the benchmark's document keeps the rename only (the next sample renames back)
         return t_first, t_all, renamed
 
-    async def stop(self) -> None:
-        await self.client.shutdown_async(None)
-        self.client.exit(None)
-        await self.client.stop()
-
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-        return [_plain(v) for v in x]
-    if hasattr(x, "_asdict"):
-        return {k: _plain(v) for k, v in x._asdict().items()}
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    return x
-
 
 async def measure_next_edit(url: str, samples: int, log_file: str | None, bar=None) -> dict:
-    lsp = _Lsp(url, log_file)
-    await lsp.start()
+    renamer = _Renamer()
+    await renamer.start(url, log_file)
     got: dict[str, list] = {"first": [], "all": [], "renamed": []}
     names = [OLD, NEW]
     try:
@@ -382,12 +283,12 @@ async def measure_next_edit(url: str, samples: int, log_file: str | None, bar=No
             old, new = names[i % 2], names[(i + 1) % 2]
             if bar is not None:
                 bar.update()
-            first, all_, renamed = await lsp.rename(old, new)
+            first, all_, renamed = await renamer.rename(old, new)
             got["first"].append(first)
             got["all"].append(all_)
             got["renamed"].append(renamed)
     finally:
-        await lsp.stop()
+        await lspclient.stop(renamer.client)
     return {
         "uses": USES,
         "samples": samples,
