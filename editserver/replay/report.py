@@ -148,107 +148,128 @@ def _examples(rows: list[dict], label: str, n: int) -> str:
     return "".join(out) or "<p class='muted'>none</p>"
 
 
-def render(result: dict) -> str:
-    s = result["summary"]
-    parts = [
+TUNING_COLS = [
+    ("ROC AUC", "auc", "dec"),
+    ("best threshold", "best_threshold", "dec"),
+    ("best utility", "best_utility", "num"),
+]
+
+
+def _tuning_rows(tuning: dict) -> dict[str, dict]:
+    return {
+        name: {"auc": c["auc"], "best_threshold": c["best_threshold"], "best_utility": c["best_utility"]}
+        for name, c in tuning["aggregates"].items()
+    }
+
+
+def _edit_scopes(result: dict) -> dict[str, dict]:
+    """The next-edit summary rows: all, cross-file points when there were any."""
+    cross = result.get("cross_file") or {}
+    return {"all": result["summary"], **({"cross-file": cross} if cross.get("requests") else {})}
+
+
+def _quiet_line(result: dict) -> str | None:
+    q = result.get("quiet") or {}
+    if not q.get("requests"):
+        return None
+    return (
+        f"Quiet case (nothing to do in the region, {q['requests']} requests): false alarms "
+        f"{q['false_alarms']}, left silent {fmt(q['silent_rate'], 'pct')}, precision of silence "
+        f"{fmt(q['silence_precision'], 'pct')}"
+    )
+
+
+def _head(result: dict) -> list[str]:
+    s, src = result["summary"], result.get("settings", {})
+    thr = s.get("threshold")
+    return [
         f"<!doctype html><html><head><meta charset='utf-8'><title>editserver replay</title>"
-        f"<style>{CSS}</style></head><body>"
-    ]
-    parts.append("<h1>editserver replay: acceptance on real git history</h1>")
-    src = result.get("settings", {})
-    parts.append(
+        f"<style>{CSS}</style></head><body>",
+        "<h1>editserver replay: acceptance on real git history</h1>",
         f"<p class='muted'>suggester: {escape(str(result.get('suggester')))} · inputs: "
         f"{escape(', '.join(map(str, src.get('inputs', []))))} · seed {escape(str(src.get('seed')))}"
-        f"{'' if result.get('complete', True) else ' · <b>interrupted: partial results</b>'}</p>"
-    )
-    thr = s.get("threshold")
-    parts.append(
+        f"{'' if result.get('complete', True) else ' · <b>interrupted: partial results</b>'}</p>",
         f"<p>Threshold in force: <b>{'server decides' if thr is None else f'{thr:.2f}'}</b>"
-        f" on aggregate <b>{escape(str(s.get('score_aggregate')))}</b>.</p>"
-    )
-    parts.append("<h2>Next edit</h2>")
-    parts.append(table({"all": s}, EDIT_COLS, "scope"))
+        f" on aggregate <b>{escape(str(s.get('score_aggregate')))}</b>.</p>",
+    ]
+
+
+def _next_edit_section(result: dict) -> list[str]:
+    parts = ["<h2>Next edit</h2>", table(_edit_scopes(result), EDIT_COLS, "scope")]
+    quiet = _quiet_line(result)
+    if quiet:
+        parts.append(f"<p>{escape(quiet)}</p>")
     parts.append("<h3>Per language</h3>" + table(result.get("by_language", {}), EDIT_COLS, "language"))
     parts.append("<h3>Per repository</h3>" + table(result.get("by_repository", {}), EDIT_COLS, "repository"))
-    q = result.get("quiet") or {}
-    if q.get("requests"):
-        parts += [
-            "",
-            f"**Quiet case** (nothing to do in the region, {q['requests']} requests): false alarms "
-            f"{q['false_alarms']}, left silent {fmt(q['silent_rate'], 'pct')}, precision of silence "
-            f"{fmt(q['silence_precision'], 'pct')}",
-        ]
-    fim = result.get("fim") or {}
-    if fim.get("summary", {}).get("requests"):
-        parts.append("<h2>Fill in the middle (rest of an added line)</h2>")
-        parts.append(f"<p>{escape(_fim_threshold_line(fim['summary']))}</p>")
-        parts.append(table({"all": fim["summary"], **fim.get("by_position", {})}, FIM_COLS, "scope"))
-        parts.append("<h3>Per language</h3>" + table(fim.get("by_language", {}), FIM_COLS, "language"))
-        parts.append("<h3>Per repository</h3>" + table(fim.get("by_repository", {}), FIM_COLS, "repository"))
-    parts.append("<h2>Selectivity threshold</h2>")
-    tuning = result.get("tuning") or {}
-    if "chosen" in tuning:
-        ch = tuning["chosen"]
-        parts.append(
-            f"<p>Tuned on {tuning['summary_untuned']['requests']} requests from training "
-            f"repositories: aggregate <b>{escape(ch['score_aggregate'])}</b>, threshold "
-            f"<b>{ch['selectivity_threshold']:.2f}</b> (utility there {ch['utility']:+.3f} per request)."
-            f"{' Written into ' + escape(str(tuning.get('written_to'))) + '.' if tuning.get('written_to') else ''}"
-            "</p>"
-        )
-        rows = {
-            name: {"auc": c["auc"], "best_threshold": c["best_threshold"], "best_utility": c["best_utility"]}
-            for name, c in tuning["aggregates"].items()
-        }
-        parts.append(
-            table(
-                rows,
-                [
-                    ("ROC AUC", "auc", "dec"),
-                    ("best threshold", "best_threshold", "dec"),
-                    ("best utility", "best_utility", "num"),
-                ],
-                "aggregate",
-            )
-        )
-        util_series = {
-            name: [(c["threshold"], c["utility"]) for c in a["curve"]]
-            for name, a in tuning["aggregates"].items()
-        }
-        parts.append(
-            line_chart(
-                util_series,
-                title="training repositories: utility by aggregate",
-                x_label="threshold",
-                y_label="utility",
-                marker=ch["selectivity_threshold"],
-                width=620,
-            )
-        )
-        chosen_curve = tuning["aggregates"][ch["score_aggregate"]]["curve"]
-        parts.append(
-            _curves_chart(chosen_curve, "training repositories (tuning)", ch["selectivity_threshold"])
-        )
-    if result.get("sweep"):
-        parts.append(_curves_chart(result["sweep"], "evaluation repositories (validation)", thr))
-    if "fim" in tuning or fim.get("sweep"):
-        parts.append("<h2>FIM threshold</h2>")
+    return parts
+
+
+def _fim_section(fim: dict) -> list[str]:
+    if not fim.get("summary", {}).get("requests"):
+        return []
+    return [
+        "<h2>Fill in the middle (rest of an added line)</h2>",
+        f"<p>{escape(_fim_threshold_line(fim['summary']))}</p>",
+        table({"all": fim["summary"], **fim.get("by_position", {})}, FIM_COLS, "scope"),
+        "<h3>Per language</h3>" + table(fim.get("by_language", {}), FIM_COLS, "language"),
+        "<h3>Per repository</h3>" + table(fim.get("by_repository", {}), FIM_COLS, "repository"),
+    ]
+
+
+def _tuning_section(tuning: dict) -> list[str]:
+    if "chosen" not in tuning:
+        return []
+    ch = tuning["chosen"]
+    written = tuning.get("written_to")
+    util_series = {
+        name: [(c["threshold"], c["utility"]) for c in a["curve"]] for name, a in tuning["aggregates"].items()
+    }
+    chosen_curve = tuning["aggregates"][ch["score_aggregate"]]["curve"]
+    return [
+        f"<p>Tuned on {tuning['summary_untuned']['requests']} requests from training "
+        f"repositories: aggregate <b>{escape(ch['score_aggregate'])}</b>, threshold "
+        f"<b>{ch['selectivity_threshold']:.2f}</b> (utility there {ch['utility']:+.3f} per request)."
+        f"{' Written into ' + escape(str(written)) + '.' if written else ''}</p>",
+        table(_tuning_rows(tuning), TUNING_COLS, "aggregate"),
+        line_chart(
+            util_series,
+            title="training repositories: utility by aggregate",
+            x_label="threshold",
+            y_label="utility",
+            marker=ch["selectivity_threshold"],
+            width=620,
+        ),
+        _curves_chart(chosen_curve, "training repositories (tuning)", ch["selectivity_threshold"]),
+    ]
+
+
+def _fim_threshold_section(tuning: dict, fim: dict) -> list[str]:
+    parts = ["<h2>FIM threshold</h2>"] if "fim" in tuning or fim.get("sweep") else []
     if "fim" in tuning:
-        parts.append(f"<p>{escape(_fim_tuning_line(tuning))}</p>")
         ft = tuning["fim"]
+        parts.append(f"<p>{escape(_fim_tuning_line(tuning))}</p>")
         parts.append(
             _curves_chart(ft["curve"], "FIM, training repositories (tuning)", ft["chosen"]["fim_threshold"])
         )
     if fim.get("sweep"):
-        parts.append(
-            _curves_chart(
-                fim["sweep"], "FIM, evaluation repositories (validation)", fim["summary"]["threshold"]
-            )
+        sweep = _curves_chart(
+            fim["sweep"], "FIM, evaluation repositories (validation)", fim["summary"]["threshold"]
         )
-    parts.append(
-        "<h2>Examples</h2><h3>Accepted</h3>" + _examples(result.get("suggestions", []), "accepted", 5)
-    )
-    parts.append("<h3>Rejected</h3>" + _examples(result.get("suggestions", []), "rejected", 5))
+        parts.append(sweep)
+    return parts
+
+
+def render(result: dict) -> str:
+    fim, tuning = result.get("fim") or {}, result.get("tuning") or {}
+    parts = _head(result) + _next_edit_section(result) + _fim_section(fim)
+    parts += ["<h2>Selectivity threshold</h2>", *_tuning_section(tuning)]
+    if result.get("sweep"):
+        thr = result["summary"].get("threshold")
+        parts.append(_curves_chart(result["sweep"], "evaluation repositories (validation)", thr))
+    parts += _fim_threshold_section(tuning, fim)
+    suggestions = result.get("suggestions", [])
+    parts.append("<h2>Examples</h2><h3>Accepted</h3>" + _examples(suggestions, "accepted", 5))
+    parts.append("<h3>Rejected</h3>" + _examples(suggestions, "rejected", 5))
     rob = result.get("robustness") or {}
     if rob:
         parts.append(
@@ -297,30 +318,13 @@ def markdown(result: dict) -> str:
         "",
         "**Next edit**",
         "",
-        _md_table(
-            {
-                "all": s,
-                **(
-                    {"cross-file": result["cross_file"]}
-                    if (result.get("cross_file") or {}).get("requests")
-                    else {}
-                ),
-                **result.get("by_language", {}),
-            },
-            EDIT_COLS,
-            "scope",
-        ),
+        _md_table({**_edit_scopes(result), **result.get("by_language", {})}, EDIT_COLS, "scope"),
         "",
         _md_table(result.get("by_repository", {}), EDIT_COLS, "repository"),
     ]
-    q = result.get("quiet") or {}
-    if q.get("requests"):
-        parts += [
-            "",
-            f"**Quiet case** (nothing to do in the region, {q['requests']} requests): false alarms "
-            f"{q['false_alarms']}, left silent {fmt(q['silent_rate'], 'pct')}, precision of silence "
-            f"{fmt(q['silence_precision'], 'pct')}",
-        ]
+    quiet = _quiet_line(result)
+    if quiet:
+        parts += ["", f"**Quiet case**{quiet[len('Quiet case') :]}"]
     fim = result.get("fim") or {}
     if fim.get("summary", {}).get("requests"):
         rows = {"all": fim["summary"], **fim.get("by_position", {}), **fim.get("by_language", {})}
@@ -328,22 +332,13 @@ def markdown(result: dict) -> str:
         parts += ["", _md_table(rows, FIM_COLS, "scope")]
     tuning = result.get("tuning") or {}
     if "chosen" in tuning:
-        rows = {
-            name: {"auc": c["auc"], "best_threshold": c["best_threshold"], "best_utility": c["best_utility"]}
-            for name, c in tuning["aggregates"].items()
-        }
-        cols = [
-            ("ROC AUC", "auc", "dec"),
-            ("best threshold", "best_threshold", "dec"),
-            ("best utility", "best_utility", "num"),
-        ]
         ch = tuning["chosen"]
         parts += [
             "",
             f"**Tuning** on {tuning['summary_untuned']['requests']} requests from training repositories: "
             f"chosen `{ch['score_aggregate']}` >= {ch['selectivity_threshold']:.2f} (utility {ch['utility']:+.3f})",
             "",
-            _md_table(rows, cols, "aggregate"),
+            _md_table(_tuning_rows(tuning), TUNING_COLS, "aggregate"),
         ]
     if "fim" in tuning:
         parts += ["", f"**FIM tuning**: {_fim_tuning_line(tuning)}"]
