@@ -171,32 +171,23 @@ def retune(args: argparse.Namespace, model_dir: Path, files: list[Path]) -> dict
     return tuning
 
 
-def run(args: argparse.Namespace) -> int:
+def _refusal(args: argparse.Namespace, open_weight: bool) -> str | None:
+    """Why these options cannot run, or None."""
     if not (args.replay or args.telemetry):
-        return _fail("name at least one source of examples: --replay FILE or --telemetry FILE")
+        return "name at least one source of examples: --replay FILE or --telemetry FILE"
     if args.k < 1 or args.batch_size < 2 or args.beta <= 0 or args.min_events < 0:
-        return _fail("--k must be >= 1, --batch-size >= 2, --beta > 0 and --min-events >= 0")
-    from editserver.model.infer.hf import is_open_dir
-
-    open_weight = args.init is not None and is_open_dir(args.init)
+        return "--k must be >= 1, --batch-size >= 2, --beta > 0 and --min-events >= 0"
     if args.lora is not None and not open_weight:
-        return _fail(
+        return (
             "--lora adapts open-weight model directories (model/infer/hf/) only; "
             "native checkpoints are aligned in full (drop --lora)"
         )
     if args.lora is not None and args.lora < 1:
-        return _fail("--lora must be at least 1")
-    from editserver.model.train.kto_data import HeldOutError
+        return "--lora must be at least 1"
+    return None
 
-    stats: Counter = Counter()
-    state_exists = (args.run_dir / "state.pt").exists()
-    try:
-        files = tune_files(args)
-        examples = gather(args, stats)
-    except HeldOutError as e:
-        return _fail(str(e))
-    except (ValueError, FileNotFoundError) as e:
-        return _fail(str(e))
+
+def _print_examples(examples: list, stats: Counter) -> None:
     if stats["telemetry_without_prompts"]:
         print(
             f"{stats['telemetry_without_prompts']} telemetry suggestions were stored without their prompts "
@@ -208,47 +199,77 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(examples)} examples: {n_d} desirable, {len(examples) - n_d} undesirable", flush=True)
     if stats:
         print("notes: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.items())), flush=True)
+
+
+def _train(aligner) -> dict | None:
+    """The aligner's run; None (said on stderr) when interrupted, to be resumed by the same command."""
+    try:
+        return aligner.train()
+    except KeyboardInterrupt:
+        print(f"interrupted at step {aligner.step}; rerun the same command to resume", file=sys.stderr)
+        return None
+
+
+def _meta(args: argparse.Namespace, aligner, result: dict) -> dict:
+    """What an export records of its alignment (both kinds of model)."""
+    return {
+        "method": "kto",
+        "beta": args.beta,
+        "k": args.k,
+        "desirable": aligner.n_d,
+        "undesirable": aligner.n_u,
+        "sources": [str(f) for f in [*args.replay, *args.telemetry]],
+        "examples_by_source": aligner.info().get("sources", {}),
+        "steps": result["step"],
+        "z0": args.z0,
+        "init": str(args.init) if args.init else "shipped default",
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from editserver.model.infer.hf import is_open_dir
+    from editserver.model.train.kto_data import HeldOutError
+
+    open_weight = args.init is not None and is_open_dir(args.init)
+    refusal = _refusal(args, open_weight)
+    if refusal:
+        return _fail(refusal)
+    stats: Counter = Counter()
+    resuming = (args.run_dir / "state.pt").exists()
+    try:
+        files = tune_files(args)
+        examples = gather(args, stats)
+    except (HeldOutError, ValueError, FileNotFoundError) as e:
+        return _fail(str(e))
+    _print_examples(examples, stats)
     if open_weight:
         return run_open(args, examples, files)
+    return run_native(args, examples, files, resuming)
+
+
+def run_native(args: argparse.Namespace, examples: list, files: list[Path], resuming: bool) -> int:
+    """A native checkpoint: every weight aligned, then the thresholds re-tuned on ``files``."""
     import torch
 
     from editserver.model.train.kto import AlignConfig, Aligner, NotNativeError
     from editserver.options import config_values
 
-    cfg = AlignConfig(**config_values(AlignConfig, args))
     try:
-        aligner = Aligner(cfg, examples)
+        aligner = Aligner(AlignConfig(**config_values(AlignConfig, args)), examples)
     except (NotNativeError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
-    if state_exists:
+    if resuming:
         print(f"resuming {args.run_dir} at step {aligner.step} of {aligner.steps}", flush=True)
     print(
         f"{aligner.store.n} rows ({aligner.n_d} desirable, {aligner.n_u} undesirable); lambda_D "
         f"{aligner.lambda_d:.3g}, lambda_U {aligner.lambda_u:.3g}; {aligner.steps} steps of {args.batch_size}",
         flush=True,
     )
-    try:
-        result = aligner.train()
-    except KeyboardInterrupt:
-        print(f"interrupted at step {aligner.step}; rerun the same command to resume", file=sys.stderr)
+    result = _train(aligner)
+    if result is None:
         return 130
-    info = aligner.info()
-    meta = {
-        "aligned": {
-            "method": "kto",
-            "beta": args.beta,
-            "k": args.k,
-            "desirable": aligner.n_d,
-            "undesirable": aligner.n_u,
-            "sources": [str(f) for f in [*args.replay, *args.telemetry]],
-            "examples_by_source": info.get("sources", {}),
-            "steps": result["step"],
-            "z0": args.z0,
-            "init": str(args.init) if args.init else "shipped default",
-        }
-    }
     dtype = torch.float32 if args.export_dtype == "fp32" else torch.bfloat16
-    out = aligner.export(args.export, meta, dtype)
+    out = aligner.export(args.export, {"aligned": _meta(args, aligner, result)}, dtype)
     print(f"exported {out} (step {result['step']})", flush=True)
     if files:
         tuning = retune(args, out, files)
@@ -287,25 +308,10 @@ def run_open(args: argparse.Namespace, examples: list, files: list[Path]) -> int
         f"{aligner.n_u} undesirable); {aligner.steps} steps of {args.batch_size}, starting at {aligner.step}",
         flush=True,
     )
-    try:
-        result = aligner.train()
-    except KeyboardInterrupt:
-        print(f"interrupted at step {aligner.step}; rerun the same command to resume", file=sys.stderr)
+    result = _train(aligner)
+    if result is None:
         return 130
-    meta = {
-        "method": "kto",
-        "beta": args.beta,
-        "k": args.k,
-        "lora_r": r,
-        "lora_alpha": aligner.lora.alpha,
-        "desirable": aligner.n_d,
-        "undesirable": aligner.n_u,
-        "steps": result["step"],
-        "sources": [str(f) for f in [*args.replay, *args.telemetry]],
-        "examples_by_source": aligner.info().get("sources", {}),
-        "z0": args.z0,
-        "init": str(args.init),
-    }
+    meta = {**_meta(args, aligner, result), "lora_r": r, "lora_alpha": aligner.lora.alpha}
     try:
         out = aligner.export(args.export, meta)
     except ValueError as e:
