@@ -10,17 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from editserver.model.train.kto import (
-    AlignConfig,
-    Aligner,
-    _batch,
-    _trim,
-    class_weights,
-    elbo,
-    kto_loss,
-    shared_masks,
-)
+from editserver.model.train.kto import AlignConfig, Aligner, _batch, _trim
 from editserver.model.train.kto_data import Example, HeldOutError, read_replay, read_telemetry
+from editserver.model.train.kto_objective import class_weights, elbo, kto_loss, shared_masks
 from editserver.protocol.prompt import EditPrompt, build_prompt
 
 REGION = "def area(w, h):\n    return w * h\n"
@@ -211,7 +203,7 @@ def test_telemetry_events_become_examples(tmp_path):
 def test_an_example_gets_the_same_masks_in_any_batch() -> None:
     """The cached reference ELBO was computed on an example's masks: they must not depend on how wide
     the batch it lands in is (a longer neighbour pads it)."""
-    from editserver.model.train.kto import shared_masks
+    from editserver.model.train.kto_objective import shared_masks
 
     row = torch.arange(2, 22)  # 20 tokens: 8 of context, 12 of answer
     short = row[None, :]  # [1, 20]

@@ -11,7 +11,8 @@ and the loss, with z0 the KL anchor and lambda_D / lambda_U the class weights, i
                                   v = lambda_U * sigmoid(z0 - r) (undesirable).
 
 Design decisions:
-- The log-likelihood of an answer is the MDLM/LLaDA bound training minimises (model/train/diffusion.py):
+- The log-likelihood of an answer (model/train/kto_objective.py, with the loss) is the MDLM/LLaDA
+  bound training minimises (model/train/diffusion.py):
   ELBO(y | x) = E_t E_{y_t} [ (1/t) * sum_{i masked} log p(y_i | y_t, x) ], summed over the answer's
   canvas (not divided by its length: the bound is a log-likelihood). Masks come from diffusion.py's
   ``mask_batch`` and rows from data.py's ``RowBuilder`` (the FIM and next-edit training layouts,
@@ -50,14 +51,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from editserver.model.infer.tokenizer import Tokenizer
 from editserver.model.infer.transformer import Transformer
 from editserver.model.train.data import Row, RowBuilder, RowStore
-from editserver.model.train.diffusion import mask_batch
 from editserver.model.train.kto_data import Example
+from editserver.model.train.kto_objective import class_weights, elbo, kto_loss, shared_masks
 from editserver.model.train.loop import _batch, autocast
 from editserver.protocol.prompt import PromptError, parse_prompt
 
@@ -124,100 +124,6 @@ def build_store(examples: list[Example], tok: Tokenizer, seq_len: int, directory
     RowStore.write(directory, iter(rows), len(rows), width, tok.eot_id, info)
     np.save(directory / "labels.npy", np.array(labels, dtype=bool))
     return RowStore(directory)
-
-
-# ---- the ELBO estimator ------------------------------------------------------------------------
-def shared_masks(
-    ids: torch.Tensor,  # [B, L]
-    ctx: torch.Tensor,  # [B]
-    lens: torch.Tensor,  # [B]
-    k: int,
-    mask_id: int,
-    seeds: list[int],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """K masked copies of each row, example-major: (noisy [B*K, L], weight [B*K, L]); the weight is
-    1/t at masked canvas positions (the per-sequence MDLM bound) and 0 elsewhere.
-
-    Each row is masked at its own length, not the batch's width, so an example gets the same masks
-    in whatever batch it lands: the cached reference ELBO was computed on exactly these."""
-    noisy, weight = [], []
-    L = ids.shape[1]
-    for b, seed in enumerate(seeds):
-        g = torch.Generator().manual_seed(seed)
-        n_b = int(lens[b])
-        row = ids[b, :n_b].expand(k, -1)  # [K, n_b]
-        n, _, _, w = mask_batch(row, ctx[b].expand(k), lens[b].expand(k), mask_id, g)
-        canvas = (lens[b] - ctx[b]).clamp_min(1).float()
-        # past the row's length: its padding as it was (keys there are masked), weight 0
-        noisy.append(torch.cat([n, ids[b, n_b:].expand(k, -1)], dim=1))
-        weight.append(F.pad(w * canvas, (0, L - n_b)))  # mask_batch divides by the canvas: undo it
-    return torch.cat(noisy), torch.cat(weight)
-
-
-def elbo(
-    model: Transformer,
-    batch: tuple,  # loop._batch: ids [B, L], ctx [B], lens [B], canvas pos [B], draft [B, L]
-    noisy: torch.Tensor,  # [B*K, L]
-    weight: torch.Tensor,  # [B*K, L]
-    k: int,
-) -> torch.Tensor:
-    """The ELBO of each row's answer given its context, averaged over its K masks: [B]."""
-    ids, ctx, lens, pos, draft = batch
-    B = ids.shape[0]
-
-    def rep(x: torch.Tensor) -> torch.Tensor:
-        return x.repeat_interleave(k, 0)
-
-    rows, cols = (weight > 0).nonzero(as_tuple=True)
-    if rows.numel() == 0:
-        return model.embed.weight.sum() * 0.0 + torch.zeros(B, device=ids.device)
-    logits = model(
-        noisy,
-        context_lens=rep(ctx),
-        seq_lens=rep(lens),
-        logits_index=(rows, cols),
-        canvas_pos=rep(pos),
-        draft=rep(draft),
-    ).float()  # [N, V]
-    logp = -F.cross_entropy(logits, rep(ids)[rows, cols], reduction="none")  # [N]
-    per_row = torch.zeros(B * k, device=ids.device).index_add(0, rows, logp * weight[rows, cols])
-    return per_row.view(B, k).mean(1)
-
-
-# ---- the loss ----------------------------------------------------------------------------------
-def class_weights(n_d: int, n_u: int) -> tuple[float, float]:
-    """(lambda_D, lambda_U) with lambda_D * n_D / (lambda_U * n_U) in [1, 4/3] (KTO paper, sec. 4)."""
-    if n_d == 0 or n_u == 0:
-        return 1.0, 1.0
-    ratio = n_d / n_u
-    if ratio < 1.0:
-        return 1.0 / ratio, 1.0
-    if ratio > 4.0 / 3.0:
-        return 1.0, ratio * 3.0 / 4.0
-    return 1.0, 1.0
-
-
-def kto_loss(
-    rewards: torch.Tensor,  # [B]
-    desirable: torch.Tensor,  # [B] bool
-    z0: torch.Tensor | float,
-    lambda_d: float,
-    lambda_u: float,
-) -> tuple[torch.Tensor, dict]:
-    """Mean of lambda_y - v(x, y) over the batch, and what the progress bar shows."""
-    z0 = torch.as_tensor(z0, dtype=rewards.dtype, device=rewards.device)
-    v = torch.where(desirable, lambda_d * torch.sigmoid(rewards - z0), lambda_u * torch.sigmoid(z0 - rewards))
-    lam = torch.where(desirable, torch.full_like(rewards, lambda_d), torch.full_like(rewards, lambda_u))
-    loss = (lam - v).mean()
-    r = rewards.detach()
-    d, u = r[desirable], r[~desirable]
-    stats = {
-        "loss": float(loss.detach()),
-        "z0": float(z0),
-        "margin": (float(d.mean()) if len(d) else 0.0) - (float(u.mean()) if len(u) else 0.0),
-        "d_above": float((d > z0).float().mean()) if len(d) else float("nan"),
-    }
-    return loss, stats
 
 
 # ---- the run -----------------------------------------------------------------------------------
@@ -321,13 +227,7 @@ class Aligner:
     """Holds the policy, the frozen reference, the examples and the optimizer of one run."""
 
     def __init__(self, cfg: AlignConfig, examples: list[Example] | None = None):
-        self.cfg = cfg
-        self.run = Path(cfg.run_dir)
-        self.run.mkdir(parents=True, exist_ok=True)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        if cfg.k < 1 or cfg.batch_size < 2 or cfg.beta <= 0 or cfg.z0 not in ("mismatched", "mean"):
-            raise ValueError("need k >= 1, batch size >= 2, beta > 0 and z0 'mismatched' or 'mean'")
+        self._open_run(cfg)
         self.ck = load_native(cfg.init, cfg.device)
         self.ref = self.ck.model.eval()
         for p in self.ref.parameters():
@@ -347,25 +247,47 @@ class Aligner:
         else:
             self.store = build_store(examples, self.tok, seq_len, data_dir)
         self.labels = np.load(data_dir / "labels.npy")
-        if self.store.n < 2:
+        self._start(self.store.n, self.policy.parameters())
+
+    def _open_run(self, cfg: AlignConfig) -> None:
+        """The run directory, threads and the options every kind of run checks."""
+        self.cfg = cfg
+        self.run = Path(cfg.run_dir)
+        self.run.mkdir(parents=True, exist_ok=True)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        if cfg.k < 1 or cfg.batch_size < 2 or cfg.beta <= 0 or cfg.z0 not in ("mismatched", "mean"):
+            raise ValueError("need k >= 1, batch size >= 2, beta > 0 and z0 'mismatched' or 'mean'")
+
+    def _start(self, n: int, params) -> None:
+        """Class weights, schedule, the optimizer over ``params`` and the reference cache of ``n``
+        rows (``self.labels``), resumed from ``RUN/state.pt`` when there is one."""
+        cfg = self.cfg
+        if n < 2:
             raise ValueError("align needs at least two examples that fit the model's rows")
         self.n_d, self.n_u = int(self.labels.sum()), int((~self.labels).sum())
         auto = class_weights(self.n_d, self.n_u)
         self.lambda_d = cfg.lambda_d if cfg.lambda_d is not None else auto[0]
         self.lambda_u = cfg.lambda_u if cfg.lambda_u is not None else auto[1]
-        n = self.store.n
         self.steps = cfg.steps or max(1, math.ceil(cfg.epochs * n / cfg.batch_size))
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.step, self.elapsed, self.z0_mean = 0, 0.0, 0.0
         self.ref_cache = torch.full((n,), float("nan"))  # [N] reference ELBO per example
         state = self.run / "state.pt"
         if state.exists():
             st = torch.load(state, map_location=cfg.device, weights_only=False)
-            self.policy.load_state_dict(st["model"])
+            self._load_weights(st)
             self.opt.load_state_dict(st["opt"])
             self.step, self.elapsed, self.z0_mean = st["step"], st["elapsed_s"], st["z0_mean"]
             self.ref_cache = st["ref_cache"]
         self.kl_gen = torch.Generator().manual_seed(cfg.seed * MASK_SEED_STRIDE + 7 + self.step)
+
+    def _load_weights(self, state: dict) -> None:
+        self.policy.load_state_dict(state["model"])
+
+    def _weights_state(self) -> dict:
+        """What ``save`` keeps of the trained weights (the adapters alone for LoRA, kto_open.py)."""
+        return {"model": self.policy.state_dict()}
 
     def store_digest(self) -> str:
         return json.loads((self.run / "data" / "info.json").read_text()).get("digest", "")
@@ -465,7 +387,7 @@ class Aligner:
 
     def save(self) -> None:
         state = {
-            "model": self.policy.state_dict(),
+            **self._weights_state(),
             "opt": self.opt.state_dict(),
             "step": self.step,
             "elapsed_s": self.elapsed,

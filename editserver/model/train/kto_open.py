@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,16 +54,9 @@ from editserver.model.infer.checkpoint import load_checkpoint, serving_dtype
 from editserver.model.infer.hf.families import renamer
 from editserver.model.infer.hf.loader import INDEX, WEIGHTS, shard_files
 from editserver.model.infer.layout import InPlaceLayout, layout_for
-from editserver.model.train.kto import (
-    ANSWER_PAD,
-    MASK_SEED_STRIDE,
-    AlignConfig,
-    Aligner,
-    class_weights,
-    examples_digest,
-    shared_masks,
-)
+from editserver.model.train.kto import ANSWER_PAD, AlignConfig, Aligner, examples_digest
 from editserver.model.train.kto_data import Example
+from editserver.model.train.kto_objective import shared_masks
 from editserver.model.train.lora import LoRA
 from editserver.protocol.prompt import PromptError, parse_prompt
 
@@ -163,13 +155,7 @@ class OpenAligner(Aligner):
     being the adapters switched off. ``train``, the batch order and the schedule are inherited."""
 
     def __init__(self, cfg: OpenAlignConfig, examples: list[Example] | None = None):
-        self.cfg = cfg
-        self.run = Path(cfg.run_dir)
-        self.run.mkdir(parents=True, exist_ok=True)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        if cfg.k < 1 or cfg.batch_size < 2 or cfg.beta <= 0 or cfg.z0 not in ("mismatched", "mean"):
-            raise ValueError("need k >= 1, batch size >= 2, beta > 0 and z0 'mismatched' or 'mean'")
+        self._open_run(cfg)
         if cfg.init is None:
             raise ValueError("an open-weight alignment needs --init DIR")
         self.ck = load_checkpoint(cfg.init, cfg.device, _base_dtype(cfg.precision, cfg.device))
@@ -182,29 +168,17 @@ class OpenAligner(Aligner):
         self.limit = min(ROW_TOKENS, self.model.cfg.max_seq_len // 2)
         self.rows, self.labels = self._rows(examples)
         self.store = SimpleNamespace(n=len(self.rows))  # what the inherited batch order reads
-        if len(self.rows) < 2:
-            raise ValueError("align needs at least two examples that fit the model's rows")
-        self.n_d, self.n_u = int(self.labels.sum()), int((~self.labels).sum())
-        auto = class_weights(self.n_d, self.n_u)
-        self.lambda_d = cfg.lambda_d if cfg.lambda_d is not None else auto[0]
-        self.lambda_u = cfg.lambda_u if cfg.lambda_u is not None else auto[1]
-        n = len(self.rows)
-        self.steps = cfg.steps or max(1, math.ceil(cfg.epochs * n / cfg.batch_size))
-        self.opt = torch.optim.AdamW(self.lora.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.step, self.elapsed, self.z0_mean = 0, 0.0, 0.0
-        self.ref_cache = torch.full((n,), float("nan"))  # [N] reference ELBO per example
-        state = self.run / "state.pt"
-        if state.exists():
-            st = torch.load(state, map_location=cfg.device, weights_only=False)
-            if st.get("lora_r") != self.lora.r or st.get("lora_alpha") != self.lora.alpha:
-                raise ValueError(
-                    f"{self.run} holds adapters of rank {st.get('lora_r')}; use the same --lora or another --run"
-                )
-            self.lora.load_state_dict(st["lora"])
-            self.opt.load_state_dict(st["opt"])
-            self.step, self.elapsed, self.z0_mean = st["step"], st["elapsed_s"], st["z0_mean"]
-            self.ref_cache = st["ref_cache"]
-        self.kl_gen = torch.Generator().manual_seed(cfg.seed * MASK_SEED_STRIDE + 7 + self.step)
+        self._start(len(self.rows), self.lora.parameters())
+
+    def _load_weights(self, state: dict) -> None:
+        if state.get("lora_r") != self.lora.r or state.get("lora_alpha") != self.lora.alpha:
+            raise ValueError(
+                f"{self.run} holds adapters of rank {state.get('lora_r')}; use the same --lora or another --run"
+            )
+        self.lora.load_state_dict(state["lora"])
+
+    def _weights_state(self) -> dict:
+        return {"lora": self.lora.state_dict(), "lora_r": self.lora.r, "lora_alpha": self.lora.alpha}
 
     def _rows(self, examples: list[Example] | None) -> tuple[list[OpenRow], np.ndarray]:
         """The run's rows: read from ``RUN/data``, or laid out from ``examples`` and written there."""
@@ -260,21 +234,6 @@ class OpenAligner(Aligner):
 
     def trainable_parameters(self):
         return self.lora.parameters()
-
-    def save(self) -> None:
-        state = {
-            "lora": self.lora.state_dict(),
-            "lora_r": self.lora.r,
-            "lora_alpha": self.lora.alpha,
-            "opt": self.opt.state_dict(),
-            "step": self.step,
-            "elapsed_s": self.elapsed,
-            "z0_mean": self.z0_mean,
-            "ref_cache": self.ref_cache,
-        }
-        tmp = self.run / "state.tmp"
-        torch.save(state, tmp)
-        tmp.replace(self.run / "state.pt")
 
     def export(self, directory: Path, meta: dict, dtype: torch.dtype | None = None) -> Path:
         """The input directory with merged weights (module docstring); ``dtype`` is not used: every
