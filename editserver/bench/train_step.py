@@ -68,92 +68,118 @@ def _rows(batch: int, seq_len: int, vocab: int, rounds: int, seed: int):
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def _refusal(args: argparse.Namespace) -> str | None:
+    from editserver.model.infer.config import PRESETS
+
+    try:
+        _parse(args.variants, VARIANTS, "variants")
+        _parse(args.precisions, PRECISIONS, "precisions")
+    except ValueError as e:
+        return str(e)
+    if args.preset not in PRESETS:
+        return f"unknown preset {args.preset!r}; one of {', '.join(PRESETS)}"
+    if min(args.batch_size, args.seq_len, args.rounds) < 1 or args.warmup < 0:
+        return "--batch-size, --seq-len and --rounds must be at least 1, --warmup at least 0"
+    return None
+
+
+def _runs(args: argparse.Namespace, base) -> list[dict]:
+    """One copy of ``base`` per variant and precision, each with its own optimizer."""
     import torch
 
-    from editserver.model.infer.config import PRESETS, ModelConfig
-    from editserver.model.infer.transformer import Transformer
+    runs = []
+    for variant, precision in itertools.product(
+        _parse(args.variants, VARIANTS, "variants"), _parse(args.precisions, PRECISIONS, "precisions")
+    ):
+        model = copy.deepcopy(base).to(args.device).train()
+        if variant == "compile":
+            model.compile(dynamic=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=args.device.startswith("cuda"))
+        runs.append({"name": f"{variant}/{precision}", "model": model, "opt": opt, "precision": precision})
+        runs[-1].update(compile_s=0.0, times=[])
+    return runs
+
+
+def _step_s(args: argparse.Namespace, r: dict, batch: tuple, mask_id: int, seed: int) -> float:
+    """Seconds of one training step of run ``r`` on ``batch`` (the same masks for every variant)."""
+    import torch
+
     from editserver.model.train.diffusion import diffusion_loss
     from editserver.model.train.loop import autocast
 
-    try:
-        variants = _parse(args.variants, VARIANTS, "variants")
-        precisions = _parse(args.precisions, PRECISIONS, "precisions")
-    except ValueError as e:
-        print(e, file=sys.stderr)
-        return 2
-    if args.preset not in PRESETS:
-        print(f"unknown preset {args.preset!r}; one of {', '.join(PRESETS)}", file=sys.stderr)
-        return 2
-    if min(args.batch_size, args.seq_len, args.rounds) < 1 or args.warmup < 0:
-        print("--batch-size, --seq-len and --rounds must be at least 1, --warmup at least 0", file=sys.stderr)
-        return 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
     dev = args.device
-    cfg = ModelConfig.from_dict({**PRESETS[args.preset].to_dict(), "canvas_draft": True})
-    torch.manual_seed(args.seed)
-    base = Transformer(cfg)
-    runs = []
-    for variant, precision in itertools.product(variants, precisions):
-        model = copy.deepcopy(base).to(dev).train()
-        if variant == "compile":
-            model.compile(dynamic=True)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=dev.startswith("cuda"))
-        runs.append({"name": f"{variant}/{precision}", "model": model, "opt": opt, "precision": precision})
-    batches = _rows(args.batch_size, args.seq_len, cfg.vocab_size, args.warmup + args.rounds, args.seed)
-    mask_id = cfg.vocab_size - 1
+    ids, ctx, lens = (x.to(dev) for x in batch)
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    with autocast(dev, r["precision"]):
+        loss, _ = diffusion_loss(r["model"], ids, ctx, lens, mask_id, gen)
+    r["opt"].zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(r["model"].parameters(), 1.0)
+    r["opt"].step()
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
 
-    def step(r: dict, k: int) -> float:
-        ids, ctx, lens = (x.to(dev) for x in batches[k])
-        gen = torch.Generator().manual_seed(args.seed + k)  # the same masks for every variant
-        t0 = time.perf_counter()
-        with autocast(dev, r["precision"]):
-            loss, _ = diffusion_loss(r["model"], ids, ctx, lens, mask_id, gen)
-        r["opt"].zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(r["model"].parameters(), 1.0)
-        r["opt"].step()
-        if dev.startswith("cuda"):
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
 
-    for r in runs:
-        r["compile_s"], r["times"] = 0.0, []
-    for k in range(args.warmup + args.rounds):
-        for r in runs:
-            dt = step(r, k)
-            if k < args.warmup:
-                r["compile_s"] += dt
-            else:
-                r["times"].append(dt)
-    tokens = args.batch_size * args.seq_len
-    first = statistics.median(runs[0]["times"])
-    result = {
-        "preset": args.preset,
-        "params": base.num_parameters(),
-        "batch_size": args.batch_size,
-        "seq_len": args.seq_len,
-        "device": dev,
-        "torch_threads": torch.get_num_threads(),
-        "rounds": args.rounds,
-        "variants": [
-            {
-                "name": r["name"],
-                "median_step_s": statistics.median(r["times"]),
-                "tokens_per_s": tokens / statistics.median(r["times"]),
-                "speedup": first / statistics.median(r["times"]),
-                "warmup_s": r["compile_s"],
-            }
-            for r in runs
-        ],
-    }
+def _print(result: dict) -> None:
     print(f"{'variant':16} {'step ms':>9} {'tokens/s':>10} {'vs first':>9} {'warm-up s':>10}")
     for v in result["variants"]:
         print(
             f"{v['name']:16} {1000 * v['median_step_s']:9.1f} {v['tokens_per_s']:10.0f} "
             f"{v['speedup']:8.2f}x {v['warmup_s']:10.1f}"
         )
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from editserver.model.infer.config import PRESETS, ModelConfig
+    from editserver.model.infer.transformer import Transformer
+
+    refusal = _refusal(args)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = ModelConfig.from_dict({**PRESETS[args.preset].to_dict(), "canvas_draft": True})
+    torch.manual_seed(args.seed)
+    base = Transformer(cfg)
+    runs = _runs(args, base)
+    batches = _rows(args.batch_size, args.seq_len, cfg.vocab_size, args.warmup + args.rounds, args.seed)
+    for k in range(args.warmup + args.rounds):
+        for r in runs:
+            dt = _step_s(args, r, batches[k], cfg.vocab_size - 1, args.seed + k)
+            if k < args.warmup:
+                r["compile_s"] += dt
+            else:
+                r["times"].append(dt)
+    tokens = args.batch_size * args.seq_len
+    first = statistics.median(runs[0]["times"])
+    variants = []
+    for r in runs:
+        med = statistics.median(r["times"])
+        variants.append(
+            {
+                "name": r["name"],
+                "median_step_s": med,
+                "tokens_per_s": tokens / med,
+                "speedup": first / med,
+                "warmup_s": r["compile_s"],
+            }
+        )
+    result = {
+        "preset": args.preset,
+        "params": base.num_parameters(),
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "device": args.device,
+        "torch_threads": torch.get_num_threads(),
+        "rounds": args.rounds,
+        "variants": variants,
+    }
+    _print(result)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
