@@ -192,6 +192,8 @@ def test_shipped_checkpoint_on_held_out_records(tmp_path, shipped_checkpoint):
         "8",
         "--max-fim",
         "4",
+        "--max-cross",
+        "4",
         "--region-lines",
         "12",
         "--effort",
@@ -203,6 +205,7 @@ def test_shipped_checkpoint_on_held_out_records(tmp_path, shipped_checkpoint):
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
-    check_result(doc, 8)
+    check_result(doc, 12)  # 8 points in the edited file, 4 in files a change reaches (cross-file)
+    assert doc["in_file"]["requests"] == 8 and doc["cross_file"]["requests"] == 4
     assert doc["model_meta"] is not None and doc["summary"]["threshold"] is not None
     assert doc["by_repository"].keys() == {"jd/tenacity"}
