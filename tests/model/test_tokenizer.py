@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +12,12 @@ from editserver.model.infer.checkpoint import DEFAULT_CHECKPOINT
 from editserver.model.infer.tokenizer import EDIT_TAGS, SPECIAL_TOKENS, Tokenizer, train_tokenizer
 from editserver.protocol.prompt import EditPrompt, Snippet, build_prompt
 from tests.conftest import CORPUS
+
+
+@functools.cache
+def shipped_tokenizer() -> Tokenizer:
+    """Loaded once: the property tests below run hundreds of examples each."""
+    return Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +64,7 @@ def test_a_prompt_without_tag_text_keeps_the_ids_inline_tags_gave(tok: Tokenizer
     if shipped:
         if not (DEFAULT_CHECKPOINT / "tokenizer.json").exists():
             pytest.skip("no shipped checkpoint")
-        tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
+        tok = shipped_tokenizer()
     p = EditPrompt(
         "m.py", "def f(x):\n", "    return x\n", 4, "\nf(1)\n", [Snippet("o.py", "z = 2\n")], "--- a\n"
     )
@@ -77,7 +85,7 @@ def test_text_that_spells_a_special_token_costs_its_characters(tok: Tokenizer, s
     if shipped:
         if not (DEFAULT_CHECKPOINT / "tokenizer.json").exists():
             pytest.skip("no shipped checkpoint")
-        tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
+        tok = shipped_tokenizer()
     _near(tok, lambda s: tok.encode(f"s = '{s}'\n"))
     for part in ("above", "region", "below", "history", "file_path"):
 
@@ -105,7 +113,7 @@ def test_save_load(tok: Tokenizer, tmp_path) -> None:
 @settings(max_examples=200, deadline=None)
 @given(text=st.one_of(st.text(max_size=300), code_like))
 def test_shipped_tokenizer_round_trip(text: str) -> None:
-    tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
+    tok = shipped_tokenizer()
     assert tok.decode(tok.encode(text)) == text
 
 
@@ -129,7 +137,7 @@ def test_min_tokens_is_a_lower_bound(tok: Tokenizer, text: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(text=st.one_of(st.text(max_size=300), code_like, whitespace_heavy))
 def test_min_tokens_is_a_lower_bound_for_the_shipped_tokenizer(text: str) -> None:
-    tok = Tokenizer.load(DEFAULT_CHECKPOINT / "tokenizer.json")
+    tok = shipped_tokenizer()
     assert Tokenizer.min_tokens(text) <= len(tok.encode(text))
 
 
