@@ -172,8 +172,12 @@ async def _start(root: Path) -> dict:
     state = await client.protocol.send_request_async("editserver/indexState", {"wait": True})
     wall = (time.perf_counter() - t0) * 1000
     after = [await keystroke() for _ in range(max(10, min(len(during), 100)))]
-    out = {"state": state.state, "files": state.files, "stats": lspclient.plain(state.stats)}
-    out.update(rss_before_mb=rss0)
+    out = {
+        "state": state.state,
+        "files": state.files,
+        "stats": lspclient.plain(state.stats),
+        "rss_before_mb": rss0,
+    }
     out.update(rss_after_mb=_rss_mb(state.pid), wall_ms=round(wall, 1))
     out.update(keystroke_during_build=_p50(during), keystroke_after_build=_p50(after), keystrokes=len(during))
     await lspclient.stop(client)

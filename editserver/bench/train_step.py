@@ -68,35 +68,33 @@ def _rows(batch: int, seq_len: int, vocab: int, rounds: int, seed: int):
     return out
 
 
-def _refusal(args: argparse.Namespace) -> str | None:
+def _pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The (variant, precision) pairs to time; ValueError with what the user sees for bad options."""
     from editserver.model.infer.config import PRESETS
 
-    try:
-        _parse(args.variants, VARIANTS, "variants")
-        _parse(args.precisions, PRECISIONS, "precisions")
-    except ValueError as e:
-        return str(e)
+    variants = _parse(args.variants, VARIANTS, "variants")
+    precisions = _parse(args.precisions, PRECISIONS, "precisions")
     if args.preset not in PRESETS:
-        return f"unknown preset {args.preset!r}; one of {', '.join(PRESETS)}"
+        raise ValueError(f"unknown preset {args.preset!r}; one of {', '.join(PRESETS)}")
     if min(args.batch_size, args.seq_len, args.rounds) < 1 or args.warmup < 0:
-        return "--batch-size, --seq-len and --rounds must be at least 1, --warmup at least 0"
-    return None
+        raise ValueError("--batch-size, --seq-len and --rounds must be at least 1, --warmup at least 0")
+    return list(itertools.product(variants, precisions))
 
 
-def _runs(args: argparse.Namespace, base) -> list[dict]:
-    """One copy of ``base`` per variant and precision, each with its own optimizer."""
+def _runs(args: argparse.Namespace, base, pairs: list[tuple[str, str]]) -> list[dict]:
+    """One copy of ``base`` per (variant, precision), each with its own optimizer."""
     import torch
 
     runs = []
-    for variant, precision in itertools.product(
-        _parse(args.variants, VARIANTS, "variants"), _parse(args.precisions, PRECISIONS, "precisions")
-    ):
+    for variant, precision in pairs:
         model = copy.deepcopy(base).to(args.device).train()
         if variant == "compile":
             model.compile(dynamic=True)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=args.device.startswith("cuda"))
-        runs.append({"name": f"{variant}/{precision}", "model": model, "opt": opt, "precision": precision})
-        runs[-1].update(compile_s=0.0, times=[])
+        name = f"{variant}/{precision}"
+        runs.append(
+            {"name": name, "model": model, "opt": opt, "precision": precision, "compile_s": 0.0, "times": []}
+        )
     return runs
 
 
@@ -137,16 +135,17 @@ def run(args: argparse.Namespace) -> int:
     from editserver.model.infer.config import PRESETS, ModelConfig
     from editserver.model.infer.transformer import Transformer
 
-    refusal = _refusal(args)
-    if refusal:
-        print(refusal, file=sys.stderr)
+    try:
+        pairs = _pairs(args)
+    except ValueError as e:
+        print(e, file=sys.stderr)
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = ModelConfig.from_dict({**PRESETS[args.preset].to_dict(), "canvas_draft": True})
     torch.manual_seed(args.seed)
     base = Transformer(cfg)
-    runs = _runs(args, base)
+    runs = _runs(args, base, pairs)
     batches = _rows(args.batch_size, args.seq_len, cfg.vocab_size, args.warmup + args.rounds, args.seed)
     for k in range(args.warmup + args.rounds):
         for r in runs:

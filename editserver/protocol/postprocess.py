@@ -44,6 +44,12 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
 # spaces then a word character: after a prefix that ends in a space, the model's own space before a
 # word doubles it (BPE glues a space to the word that follows); a comment's ``  #`` is left alone
 _SPACED_WORD = re.compile(r" +\w")
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
 BRACKET_LINES = 40  # prefix lines whose brackets count when balancing the answer's closers
 
 
@@ -116,7 +122,7 @@ def overlap(text: str, suffix: str) -> int:
     for k in range(1, min(len(text), len(suffix), 400) + 1):
         head = suffix[:k]
         if text.endswith(head) and head.strip():
-            if k >= 3 or not any(ch.isalnum() or ch == "_" for ch in head):
+            if k >= 3 or not any(_word_char(ch) for ch in head):
                 best = k
     return best
 
@@ -142,13 +148,13 @@ def rewrites_rest(text: str, line_suffix: str) -> bool:
         n += 1
 
     def word(s: str, i: int) -> bool:  # where text ends, the word may go on
-        return i >= len(s) or s[i].isalnum() or s[i] == "_"
+        return i >= len(s) or _word_char(s[i])
 
     if n and (word(text, n) or word(line_suffix, n)):
-        while n and (text[n - 1].isalnum() or text[n - 1] == "_"):
+        while n and _word_char(text[n - 1]):
             n -= 1
     head = text[:n]
-    return n >= 3 and not (head[0].isalnum() or head[0] == "_") and _WORD.search(head) is not None
+    return n >= 3 and not _word_char(head[0]) and _WORD.search(head) is not None
 
 
 def cut_suffix_overlap(text: str, suffix: str, line_suffix: str) -> str:
