@@ -76,14 +76,14 @@ async def suggest_edits(ls: EditLanguageServer, params: Any, where: str, stream:
     trigger = params.get("trigger", "manual")
     if trigger not in ("auto", "manual"):
         raise JsonRpcInvalidParams(f'{where}: trigger must be "auto" or "manual"')
+    sid = uuid.uuid4().hex  # the request's one id: telemetry, partials, the reply and applyEdits
     if doc.uri in ls.excluded:
         why = f"excluded: matches excludeFiles pattern {ls.excluded[doc.uri]!r}; nothing was sent"
-        return Suggestion(uuid.uuid4().hex, doc, doc.version, skipped=why)
+        return Suggestion(sid, doc, doc.version, skipped=why)
     # a newer next-edit request for the same document supersedes this one (and its HTTP calls)
     older = ls.next_inflight.pop(doc.uri, None)
     if older is not None and not older.done():
         older.cancel()
-    sid = uuid.uuid4().hex
     version = doc.version
     sent = [0]
 
@@ -101,7 +101,7 @@ async def suggest_edits(ls: EditLanguageServer, params: Any, where: str, stream:
         sent[0] += 1
 
     task = asyncio.ensure_future(
-        suggest(ls, doc, line, char, auto=trigger == "auto", on_kept=on_kept if stream else None)
+        suggest(ls, sid, doc, line, char, auto=trigger == "auto", on_kept=on_kept if stream else None)
     )
     ls.next_inflight[doc.uri] = task
     try:
@@ -112,7 +112,6 @@ async def suggest_edits(ls: EditLanguageServer, params: Any, where: str, stream:
         if current is not None and current.cancelling():
             raise  # $/cancelRequest
         return Suggestion(sid, doc, doc.version, skipped="superseded by a newer edit")
-    sug.id = sid
     remember(ls, sug)
     return sug
 

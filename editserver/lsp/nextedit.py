@@ -38,7 +38,6 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -423,6 +422,7 @@ def reply(
 
 async def suggest(
     ls: EditLanguageServer,
+    sid: str,
     doc: Document,
     line: int,
     char: int,
@@ -431,8 +431,8 @@ async def suggest(
 ) -> Suggestion:
     """Next edits for a cursor position: plan -> ask -> vet (as answers arrive) -> reply. ``auto``
     requests (the client's own, after an edit) ask the model only when the edits since the last
-    request could propagate (``gate``)."""
-    sid = uuid.uuid4().hex
+    request could propagate (``gate``). ``sid`` is the request's one id (made by its handler): the
+    telemetry row, the partial notifications, the reply and ``applyEdits`` all carry it."""
     if not ls.active(ls.settings.enable_next_edit, doc):
         if ls.client is not None and ls.client.state != READY:
             ls.client.nudge()

@@ -168,7 +168,7 @@ class Engine:
 
     @property
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
+        return quant.parameter_count(self.model)  # the size, not the stored form (--quantize)
 
     @property
     def max_output_tokens(self) -> int:

@@ -170,6 +170,17 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
+def parameter_count(model: nn.Module) -> int:
+    """The model's size in parameters, whatever form its weights are stored in: a converted layer's
+    weight (an int8 buffer, or an opaque packed tensor that is no parameter) counts as the
+    ``out x in`` values it stands for."""
+    n = sum(p.numel() for p in model.parameters())
+    for m in model.modules():
+        if isinstance(m, (Int8Linear, W8A8Linear, PackedLinear)):
+            n += m.in_features * m.out_features
+    return n
+
+
 def quantize(model: nn.Module, how: str) -> nn.Module:
     """``model`` with its block linears (and an untied head) in int8 or packed (``how``); in place."""
     if how not in QUANTIZE:
