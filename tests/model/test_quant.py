@@ -120,3 +120,11 @@ def test_engine_serves_a_packed_model_with_the_same_answers(tiny_checkpoint):
     ):
         a, b = plain.complete(req), q.complete(req)
         assert (a.text, a.steps) == (b.text, b.steps)
+
+
+@pytest.mark.parametrize("how", ["none", "int8", "packed", "w8a8"])
+def test_model_size_is_the_same_in_every_stored_form(tiny_checkpoint, how):
+    """/v1/models and the serve banner report the model's size, not how many values it stores: packed
+    and int8 layers keep their weights outside ``parameters()`` (once reported as 2.1M of 6.8M)."""
+    plain = sum(p.numel() for p in Engine.load(tiny_checkpoint, quantize="none").model.parameters())
+    assert Engine.load(tiny_checkpoint, quantize=how).num_parameters == plain
