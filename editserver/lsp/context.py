@@ -15,6 +15,14 @@ Design decisions:
   strings or comments) of the names the latest edits removed (a rename's old name) or of the function
   whose definition the latest edit touched (its call sites must follow a signature change); each is
   snapped to a small region of its own, overlapping ones merged.
+- Which identifiers are code: one walk (``code_identifiers``) serves the in-file candidates, the
+  workspace index's uses (lsp/symbols.py) and the prompt's cursor (``first_use``). It never enters a
+  comment, and enters a string only through its interpolations: a Python f-string's ``{...}`` (the
+  ``{width}`` of a format spec and nested f-strings included, tree-sitter nests both inside the
+  interpolation) and a JS/TS template literal's ``${...}`` (and a template literal type's). A name
+  in a plain string ("format_filename" in a message) is text, never a use.
+- The prompt's cursor in a use region sits on the first use itself (an identifier node), never on
+  an earlier mention in a string or comment, nor inside a longer name that contains it.
 - Definitions: named definition nodes (functions, classes, types, ...) found by field ``name``; the
   ones matching identifiers near the cursor, from *other* open documents, become prompt context.
 """
@@ -48,6 +56,26 @@ IDENTIFIER_TYPES = {
     "type_identifier",
     "field_identifier",
     "shorthand_property_identifier",
+}
+
+COMMENT_TYPES = {"comment", "line_comment", "block_comment"}
+# strings, which hold code only in their interpolation children (see ``code_identifiers``)
+STRING_TYPES = {
+    "string",  # Python (f-strings too), JavaScript/TypeScript quotes
+    "template_string",  # JavaScript/TypeScript `...`
+    "template_literal_type",  # TypeScript type `pre-${Name}`
+    "interpreted_string_literal",  # Go
+    "raw_string_literal",  # Go, Rust
+    "string_literal",  # Rust
+    "regex",
+}
+INTERPOLATION_TYPES = {"interpolation", "template_substitution", "template_type"}
+MEMBER_TYPES = {
+    "attribute",
+    "member_expression",
+    "field_expression",
+    "selector_expression",
+    "scoped_identifier",
 }
 
 DEFINITION_TYPES = {
@@ -161,21 +189,8 @@ class ParsedDocument:
 
     # ---- queries -------------------------------------------------------------------------------
     def identifiers(self, first_line: int = 0, last_line: int | None = None) -> list[ts.Node]:
-        """Identifier nodes whose start lies within [first_line, last_line] (all when last is None)."""
-        out: list[ts.Node] = []
-        stack = [self.tree.root_node]
-        while stack:
-            node = stack.pop()
-            if last_line is not None and (
-                node.end_point.row < first_line or node.start_point.row > last_line
-            ):
-                continue
-            if node.type in IDENTIFIER_TYPES:
-                if node.start_point.row >= first_line:
-                    out.append(node)
-                continue
-            stack.extend(reversed(node.children))
-        return out
+        """Identifier nodes in code (``code_identifiers``) starting within [first_line, last_line]."""
+        return code_identifiers(self.tree.root_node, first_line, last_line)
 
     def definitions(self) -> list[ts.Node]:
         types = _def_types(self.grammar)
@@ -204,9 +219,55 @@ class ParsedDocument:
         return best
 
 
+def code_identifiers(root: ts.Node, first_line: int = 0, last_line: int | None = None) -> list[ts.Node]:
+    """Identifier nodes that are code, in document order, whose start lies within [first_line,
+    last_line] (all when last is None): comments are skipped, strings entered only through their
+    interpolations (see the module notes)."""
+    out: list[ts.Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if last_line is not None and (node.end_point.row < first_line or node.start_point.row > last_line):
+            continue
+        kind = node.type
+        if kind in IDENTIFIER_TYPES:
+            if node.start_point.row >= first_line:
+                out.append(node)
+            continue
+        if kind in COMMENT_TYPES:
+            continue
+        children = node.children
+        if kind in STRING_TYPES:
+            # an interpolation is code again: its expression (nested strings, format specs) walks as any
+            children = [c for c in children if c.type in INTERPOLATION_TYPES]
+        stack.extend(reversed(children))
+    return out
+
+
+def _text(node: ts.Node | None) -> str:
+    return node.text.decode("utf-8", "replace") if node is not None and node.text is not None else ""
+
+
+def use_keys(node: ts.Node) -> list[str]:
+    """What a use is recorded under: its name, and ``"ns.name"`` too when it is the member looked up
+    on a plain name (``ns.name``, ``mod.name``, Rust's ``util::name``): how a module imported whole
+    is followed."""
+    keys = [_text(node)]
+    parent = node.parent
+    if parent is not None and parent.type in MEMBER_TYPES:
+        obj = (
+            parent.child_by_field_name("object")
+            or parent.child_by_field_name("value")
+            or parent.child_by_field_name("operand")
+            or parent.child_by_field_name("path")  # Rust's ``util::helper``
+        )
+        if obj is not None and obj.id != node.id and obj.type == "identifier":
+            keys.append(f"{_text(obj)}.{keys[0]}")
+    return keys
+
+
 def node_name(node: ts.Node) -> str:
-    name = node.child_by_field_name("name")
-    return name.text.decode("utf-8", "replace") if name is not None and name.text is not None else ""
+    return _text(node.child_by_field_name("name"))
 
 
 def _rows(node: ts.Node) -> tuple[int, int]:
@@ -351,11 +412,7 @@ def candidate_regions(
     """Small regions around other occurrences of ``names`` (outside ``exclude``), nearest first."""
     if parsed is None or not names:
         return []
-    hits = [
-        n.start_point.row
-        for n in parsed.identifiers()
-        if n.text is not None and n.text.decode("utf-8", "replace") in names and not foreign_attribute(n)
-    ]
+    hits = [n.start_point.row for n in parsed.identifiers() if _text(n) in names and not foreign_attribute(n)]
     return regions_at(doc, parsed, hits, exclude, max_regions, max_lines)
 
 
@@ -384,3 +441,21 @@ def regions_at(
         if len(regions) >= max_regions:
             break
     return sorted(regions, key=lambda r: r.first_line)
+
+
+def first_use(doc: Document, parsed: ParsedDocument | None, region: Region, names: set[str]) -> int:
+    """Offset of the first use of ``names`` in a region, the prompt's cursor: an identifier node (see
+    ``code_identifiers``), never a mention in a string or comment nor a longer name that contains it.
+    A name is a use unless looked up on another object (``foreign_attribute``); an ``"ns.name"`` key
+    (a module imported whole) is the member of ``ns.name``. The region's start when there is none."""
+    start, _ = doc.line_bounds(region.first_line)
+    if parsed is None:
+        return start
+    for node in parsed.identifiers(region.first_line, region.last_line):
+        keys = use_keys(node)
+        if (keys[0] in names and not foreign_attribute(node)) or any(k in names for k in keys[1:]):
+            row, col = node.start_point
+            line = doc.line_text(row).encode("utf-8", "surrogatepass")
+            # tree-sitter counts UTF-8 bytes; the document counts code points
+            return doc.line_bounds(row)[0] + len(line[:col].decode("utf-8", "surrogatepass"))
+    return start

@@ -9,8 +9,10 @@ Design decisions:
   a file that defines its own same-named symbol, or imports it from another module, is never asked
   about. Files are ranked by import-graph distance (direct importers first), then by path.
 - Each file is read as it is now: the open document's text when the editor has it open, else the
-  text on disk (re-indexed first if it moved). Its uses come from a parse of that text, each
-  snapped to the statement around it (at most ``candidate_max_lines``), as in-file uses are.
+  text on disk (re-indexed first if it moved). Its uses come from a parse of that text (the index's
+  own walk: interpolations in f-strings and template literals count, plain strings and comments
+  never), each snapped to the statement around it (at most ``candidate_max_lines``), as in-file
+  uses are; the prompt's cursor is the first use in the region (``context.first_use``).
 - A plan is bounded: ``cross_file_max_regions`` regions over at most ``cross_file_max_files``
   files, so a rename of a name used everywhere costs a couple of batches, not thousands.
 """
@@ -118,13 +120,3 @@ def plan_other_files(ls: EditLanguageServer, doc: Document, names: set[str]) -> 
         budget -= len(regions)
         out.append(OtherFile(uri, ls.path_of(uri), other, parsed, distance, version, regions, keys))
     return out
-
-
-def first_use(doc: Document, region: Region, names: set[str]) -> int:
-    """Offset of the first of ``names`` (or a member ``x.name``) in a region: the prompt's cursor."""
-    start, _ = doc.line_bounds(region.first_line)
-    _, end = doc.line_bounds(region.last_line)
-    text = doc.text[start:end]
-    bare = {n.rsplit(".", 1)[-1] for n in names}
-    hits = [text.find(n) for n in bare if text.find(n) >= 0]
-    return start + (min(hits) if hits else 0)

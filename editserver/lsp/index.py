@@ -39,7 +39,7 @@ from editserver.lsp.symbols import extract, resolve
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 2  # 2: Go and Rust imports recorded
+CACHE_VERSION = 3  # 2: Go and Rust imports recorded; 3: uses inside f-string interpolations
 SKIP_DIRS = {"node_modules", "__pycache__"}
 
 

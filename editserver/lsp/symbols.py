@@ -11,9 +11,12 @@ Design decisions:
   ns``) and ``local`` the name it is bound to in this file. Python (absolute and relative) and
   TypeScript/JavaScript (relative specifiers) resolve to files (``resolve``); Go packages and Rust
   modules resolve as lsp/packages.py says.
-- Uses: every identifier node, as ``{name: [[row, byte column], ...]}``; a member access on a
-  plain name (``ns.f``, ``mod.f``) is also recorded under ``"ns.f"`` at the member, which is how
-  a module imported whole is followed.
+- Uses: every identifier node in code, as ``{name: [[row, byte column], ...]}``, in document
+  order: those inside a Python f-string's or a JS/TS template literal's interpolations count, a
+  name in a plain string or a comment never does (``context.code_identifiers``, the walk the
+  in-file candidates share). A member access on a plain name (``ns.f``, ``mod.f``) is also
+  recorded under ``"ns.f"`` at the member, which is how a module imported whole is followed
+  (``context.use_keys``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import posixpath
 
 import tree_sitter as ts
 
-from editserver.lsp.context import IDENTIFIER_TYPES, load_language
+from editserver.lsp.context import code_identifiers, load_language, use_keys
 from editserver.lsp.packages import imports_go, imports_rust, resolve_go, resolve_rust
 
 _TOP_PY = {"function_definition", "class_definition"}
@@ -45,7 +48,6 @@ _TOP_RS = {
     "const_item",
     "static_item",
 }
-_MEMBER = {"attribute", "member_expression", "field_expression", "selector_expression", "scoped_identifier"}
 TS_EXTS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".mts")
 
 
@@ -168,27 +170,13 @@ def _imports_ts(root: ts.Node) -> list[list]:
 
 
 def _uses(root: ts.Node) -> dict[str, list[list[int]]]:
+    """``{key: [[row, byte column], ...]}`` of every identifier in code (``code_identifiers``: inside
+    f-string and template literal interpolations too, never in plain strings or comments)."""
     uses: dict[str, list[list[int]]] = {}
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.type in IDENTIFIER_TYPES:
-            at = [node.start_point.row, node.start_point.column]
-            uses.setdefault(_text(node), []).append(at)
-            parent = node.parent
-            if parent is not None and parent.type in _MEMBER:
-                obj = (
-                    parent.child_by_field_name("object")
-                    or parent.child_by_field_name("value")
-                    or parent.child_by_field_name("operand")
-                    or parent.child_by_field_name("path")  # Rust's ``util::helper``
-                )
-                if obj is not None and obj.id != node.id and obj.type == "identifier":
-                    uses.setdefault(f"{_text(obj)}.{_text(node)}", []).append(at)
-            continue
-        if node.type in ("comment", "string", "string_fragment"):
-            continue
-        stack.extend(node.children)
+    for node in code_identifiers(root):
+        at = [node.start_point.row, node.start_point.column]
+        for key in use_keys(node):
+            uses.setdefault(key, []).append(at)
     return uses
 
 
