@@ -12,6 +12,9 @@ Design decisions:
 - ``config.json``'s ``meta.aligned`` records what was done in plain fields (method, beta, k, example
   counts, sources, steps), so a server or a person can tell an aligned checkpoint apart.
 - The run resumes: ``--run DIR`` keeps the examples, the reference cache and the training state.
+- ``--dry-run`` reads the sources exactly as a run does (the same refusals), prints the examples by
+  kind and label, and stops before any model is loaded: how a user (or a test) sees what a log
+  gives without training. ``editserver telemetry stats`` shows the same count from the LSP's side.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-MIN_EVENTS = 50
+from editserver.protocol.telemetry_log import MIN_EVENTS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,9 +66,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0.25,
         help="at most this share of the examples are 'region unchanged' answers (default 0.25)",
     )
+    src.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="read the sources, print the examples by kind and label, and stop (no model, no --export)",
+    )
     m = p.add_argument_group("model")
     m.add_argument(
-        "--export", type=Path, required=True, metavar="DIR2", help="write the aligned checkpoint here"
+        "--export",
+        type=Path,
+        default=None,
+        metavar="DIR2",
+        help="write the aligned checkpoint here (required unless --dry-run)",
     )
     m.add_argument(
         "--export-dtype", choices=("bf16", "fp32"), default="bf16", help="weights dtype (default bf16)"
@@ -175,6 +187,8 @@ def _refusal(args: argparse.Namespace, open_weight: bool) -> str | None:
     """Why these options cannot run, or None."""
     if not (args.replay or args.telemetry):
         return "name at least one source of examples: --replay FILE or --telemetry FILE"
+    if args.export is None and not args.dry_run:
+        return "the following arguments are required: --export (where the aligned checkpoint goes)"
     if args.k < 1 or args.batch_size < 2 or args.beta <= 0 or args.min_events < 0:
         return "--k must be >= 1, --batch-size >= 2, --beta > 0 and --min-events >= 0"
     if args.lora is not None and not open_weight:
@@ -197,6 +211,9 @@ def _print_examples(examples: list, stats: Counter) -> None:
         )
     n_d = sum(e.desirable for e in examples)
     print(f"{len(examples)} examples: {n_d} desirable, {len(examples) - n_d} undesirable", flush=True)
+    for kind, name in (("fim", "fim"), ("edit", "next edit")):
+        of = [e.desirable for e in examples if e.kind == kind]
+        print(f"  {name}: {sum(of)} desirable, {len(of) - sum(of)} undesirable", flush=True)
     if stats:
         print("notes: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.items())), flush=True)
 
@@ -242,6 +259,9 @@ def run(args: argparse.Namespace) -> int:
     except (HeldOutError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
     _print_examples(examples, stats)
+    if args.dry_run:
+        print("dry run: nothing trained (drop --dry-run to align)")
+        return 0
     if open_weight:
         return run_open(args, examples, files)
     return run_native(args, examples, files, resuming)

@@ -8,7 +8,7 @@ Design decisions:
   and align's option dataclasses live beside torch code).
 - ``editserver lsp`` replaces this process with ``python -m editserver.lsp`` (same arguments, same stdio): the
   language server sits above the HTTP API, so the server's package never imports it. ``editserver
-  telemetry`` (purge what the language server recorded) hands over the same way, to
+  telemetry`` (what the language server recorded: stats, purge) hands over the same way, to
   ``python -m editserver.lsp.telemetry_cli``.
 """
 
@@ -37,7 +37,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         importlib.import_module(f"editserver.cli.{name}").register(sub)
     # listed for --help; main() hands it over before argparse sees its arguments
     sub.add_parser("lsp", help="run the language server over stdio (editors start this; see --help)")
-    sub.add_parser("telemetry", help="the language server's local telemetry: `telemetry purge` deletes it")
+    sub.add_parser(
+        "telemetry",
+        help="the language server's local telemetry: `telemetry stats` shows it, `telemetry purge` deletes it",
+    )
     return parser
 
 

@@ -10,10 +10,13 @@ Design decisions:
   or the next-edit prompts), the suggestion and accepted text, so accepted/rejected pairs can become
   KTO training data; kept text is bounded by ``retentionDays`` (older text is redacted) and
   ``maxMegabytes`` (the oldest text is redacted first), checked on open and every ``PRUNE_EVERY``
-  writes. KTO data otherwise comes from replay. ``editserver telemetry purge`` deletes
-  (telemetry_cli.py). Events (``show``, ``accept`` with edit index / partial kind / accepted text, ``reject``) are
-  rows of their own, referencing the suggestion by id; an event for an unknown id is still stored
-  (the client may have cached a suggestion across a restart).
+  writes. KTO data otherwise comes from replay. ``editserver telemetry purge`` deletes and
+  ``editserver telemetry stats`` says what the file holds (telemetry_cli.py). Events (``show``,
+  ``accept`` with edit index / partial kind / accepted text, ``reject``) are rows of their own,
+  referencing the suggestion by id; an event for an unknown id is still stored (the client may have
+  cached a suggestion across a restart).
+- The file's layout (``SCHEMA``) and the rule that turns its rows into KTO examples live in
+  protocol/telemetry_log.py, shared with ``editserver align``, which may not import the LSP.
 - The notifications that feed it (``editserver/didShow``, ``didAccept``, ``didReject`` and the inline
   items' accept command) are registered here, by ``register_telemetry``.
 - WAL mode and one short transaction per write keep the cost per keystroke at a fraction of a
@@ -35,35 +38,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from editserver.protocol.telemetry_log import KEPT, OMITTED, SCHEMA
+
 if TYPE_CHECKING:
     from editserver.lsp.server import EditLanguageServer
 
 log = logging.getLogger(__name__)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS suggestions (
-    id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,            -- 'fim' | 'next_edit'
-    created REAL NOT NULL,         -- unix time
-    uri TEXT NOT NULL,
-    language TEXT,
-    prompt TEXT NOT NULL,          -- JSON: {prefix, suffix} or {prompts: [...]}
-    suggestion TEXT NOT NULL,      -- JSON: the text / edits offered
-    score REAL
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    suggestion_id TEXT NOT NULL,
-    event TEXT NOT NULL,           -- 'show' | 'accept' | 'reject'
-    edit_index INTEGER,
-    partial TEXT,                  -- NULL (whole) | 'word' | 'line'
-    accepted_text TEXT,
-    created REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_suggestion ON events (suggestion_id);
-"""
-OMITTED = '{"omitted": true}'  # what retention leaves of a kept prompt or suggestion
-KEPT = """prompt NOT LIKE '{"omitted": true%'"""  # SQL: the rows whose text is kept
 PRUNE_EVERY = 200  # writes between retention checks
 CORRUPT = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 

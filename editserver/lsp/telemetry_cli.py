@@ -1,7 +1,8 @@
-"""``editserver telemetry purge``: delete what the language server recorded (lsp/telemetry.py).
+"""``editserver telemetry purge`` deletes what the language server recorded (lsp/telemetry.py);
+``editserver telemetry stats`` says what it holds and how much of it ``editserver align`` can use.
 
 Design decisions:
-- It lives beside the telemetry schema, in the LSP's room; ``editserver telemetry`` hands over to
+- It lives beside the telemetry writer, in the LSP's room; ``editserver telemetry`` hands over to
   ``python -m editserver.lsp.telemetry_cli`` (as ``editserver lsp`` does), so the app room never
   imports the LSP (tests/test_layers.py).
 - Rows are deleted inside the file, then the file is vacuumed, rather than the file being removed: a
@@ -9,18 +10,38 @@ Design decisions:
 - ``--prompts-only`` keeps events, sizes and scores (the acceptance figures) and redacts the kept
   text; ``--older-than DAYS`` limits either to older rows. A missing file is nothing to purge
   (status 0); a file that is not a telemetry file is one line and status 2.
+- ``stats`` counts per kind (fim, next_edit) the suggestions and what the user did with them (each
+  suggestion counted once, by its strongest event: accepted, else partially accepted, else
+  rejected), and the examples ``align`` would read, by ``protocol.telemetry_log.summarize``, which
+  runs align's own reader: this room may not import ``editserver.model`` (tests/test_layers.py),
+  so the reader lives in the protocol room both may import, and the count cannot drift from what
+  align trains on. Suggestions stored without their prompts are counted apart, with the setting
+  that keeps them. A missing file is one line, status 0 (as for purge); ``--json`` then prints
+  ``{"path", "exists": false}`` so a script always reads JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
 import sys
 import time
 from pathlib import Path
 
 from editserver.lsp.settings import default_telemetry_path
-from editserver.lsp.telemetry import KEPT, OMITTED
+from editserver.protocol.telemetry_log import KEEP_PROMPTS_HINT, KEPT, OMITTED, summarize
+
+ROWS = (  # stats rows: (label, key of a kind's summary)
+    ("suggestions", "suggestions"),
+    ("shown", "shown"),
+    ("accepted", "accepted"),
+    ("partially accepted", "partially_accepted"),
+    ("rejected", "rejected"),
+    ("stored without prompts", "without_prompts"),
+    ("align examples: desirable", "desirable"),
+    ("align examples: undesirable", "undesirable"),
+)
 
 
 def purge(path: Path, older_than_days: float | None = None, prompts_only: bool = False) -> tuple[int, int]:
@@ -50,6 +71,51 @@ def purge(path: Path, older_than_days: float | None = None, prompts_only: bool =
     return n, m
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def report(summary: dict) -> list[str]:
+    """``stats``' text: a table per kind, then what align would make of it."""
+    kinds, events = summary["kinds"], summary["events"]
+    cell = {k: {**v, **v["examples"]} for k, v in kinds.items()}
+    width = max(len(label) for label, _ in ROWS)
+    lines = [f"{summary['path']}: {_n(events, 'event')}", " " * width + "".join(f"{k:>12}" for k in kinds)]
+    lines += [f"{label:<{width}}" + "".join(f"{cell[k][key]:>12}" for k in kinds) for label, key in ROWS]
+    usable = sum(v["desirable"] + v["undesirable"] for v in cell.values())
+    line = f"editserver align can use {_n(usable, 'example')} of it"
+    if events < summary["min_events"]:
+        line += f"; it refuses a log of fewer than {summary['min_events']} events (--min-events lowers that)"
+    lines.append(line)
+    bare = sum(v["without_prompts"] for v in kinds.values())
+    if bare:
+        lines.append(
+            f"{_n(bare, 'suggestion')} with events kept no prompt (sizes and hashes only) and cannot become "
+            f"examples; to keep the prompts of later ones, set {KEEP_PROMPTS_HINT}"
+        )
+    if orphans := summary["events_without_suggestion"]:
+        lines.append(
+            f"{_n(orphans, 'event')} name suggestions the log does not hold (purged, or recorded under "
+            "another id) and cannot become examples"
+        )
+    return lines
+
+
+def stats(path: Path, as_json: bool) -> int:
+    if not path.is_file():
+        if as_json:
+            print(json.dumps({"path": str(path), "exists": False}))
+        print(f"no telemetry file at {path}", file=sys.stderr if as_json else sys.stdout)
+        return 0
+    try:
+        summary = summarize(path)
+    except (ValueError, sqlite3.DatabaseError) as e:
+        print(f"editserver telemetry stats: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({**summary, "exists": True}, indent=2) if as_json else "\n".join(report(summary)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="editserver telemetry", description="the language server's local telemetry"
@@ -63,8 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument(
         "--prompts-only", action="store_true", help="keep events and scores; redact the stored text"
     )
+    st = sub.add_parser("stats", help="what the file holds, and how much of it `editserver align` can use")
+    st.add_argument(
+        "--path", type=Path, default=None, help=f"telemetry file (default: {default_telemetry_path()})"
+    )
+    st.add_argument("--json", action="store_true", help="print the counts as JSON")
     args = p.parse_args(argv)
     path = (args.path or Path(default_telemetry_path())).expanduser()
+    if args.action == "stats":
+        return stats(path, args.json)
     if args.older_than is not None and not args.older_than >= 0:
         print("editserver telemetry purge: --older-than must be a number of days >= 0", file=sys.stderr)
         return 2

@@ -12,7 +12,11 @@ Design decisions:
   were computed on (the open document's version, or else its text on disk) and only then sends
   ``workspace/applyEdit``. An edit whose file changed since is dropped from the suggestion and
   never applied; the answer says why.
-- Suggestions are kept for ``applyEdits`` by id, the newest 16 only.
+- Suggestions are kept for ``applyEdits`` by id, the newest 16 only, with their regions as the reply
+  listed them (``Offered``): a file applied or refused is marked done rather than cut from the list,
+  so each edit keeps its index in the reply's flat ``edits``. An applied file is logged as one
+  ``accept`` per region, naming the region's first edit by that index, as a client's ``didAccept``
+  names an edit (protocol/telemetry_log.py maps it to the region).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,9 +56,27 @@ def workspace_roots(params: types.InitializeParams) -> list[str]:
     return [f for f in folders if f]
 
 
+@dataclass
+class Offered:
+    """A suggestion kept for ``applyEdits``: ``sug.kept`` stays as the reply listed it; ``done``
+    holds the files applied or refused since."""
+
+    sug: Suggestion
+    done: set[str] = field(default_factory=set)
+
+    def first_edit(self, region) -> int:
+        """The index of ``region``'s first edit in the reply's flat ``edits``."""
+        n = 0
+        for r in self.sug.kept:
+            if r is region:
+                return n
+            n += len(r.edits)
+        raise ValueError("not a region of this suggestion")
+
+
 def remember(ls: EditLanguageServer, sug: Suggestion) -> None:
     if sug.kept:
-        ls.suggestions[sug.id] = sug
+        ls.suggestions[sug.id] = Offered(sug)
         while len(ls.suggestions) > KEEP_SUGGESTIONS:
             ls.suggestions.popitem(last=False)
 
@@ -83,16 +106,16 @@ async def apply_edits(ls: EditLanguageServer, params: Any) -> dict:
         or not isinstance(params.get("uri"), str)
     ):
         raise JsonRpcInvalidParams(f"{APPLY_EDITS}: params must be {{id, uri}}")
-    sug = ls.suggestions.get(params["id"])
-    if sug is None:
+    offered = ls.suggestions.get(params["id"])
+    if offered is None:
         return {"applied": False, "reason": "unknown or expired suggestion id"}
-    uri = params["uri"]
-    regions = [r for r in sug.kept if r.uri == uri]
+    sug, uri = offered.sug, params["uri"]
+    regions = [r for r in sug.kept if r.uri == uri and uri not in offered.done]
     if not regions:
         return {"applied": False, "reason": "no edits for this file"}
     why = next((w for w in map(lambda r: _unchanged(ls, r), regions) if w), None)
     if why is not None:
-        sug.kept = [r for r in sug.kept if r.uri != uri]  # dropped: never applied
+        offered.done.add(uri)  # dropped: never applied
         return {"applied": False, "reason": why}
     doc = regions[0].ask.doc
     edits = sorted((e for r in regions for e in r.edits), key=lambda e: e.start)
@@ -111,8 +134,9 @@ async def apply_edits(ls: EditLanguageServer, params: Any) -> dict:
         )
     )
     if res.applied:
-        sug.kept = [r for r in sug.kept if r.uri != uri]
-        ls.telemetry.event(sug.id, "accept")
+        offered.done.add(uri)
+        for r in regions:  # each region taken whole (module docstring)
+            ls.telemetry.event(sug.id, "accept", offered.first_edit(r))
     return {
         "applied": bool(res.applied),
         "reason": res.failure_reason,

@@ -1,4 +1,5 @@
-"""Wire formats every layer shares: Inception's next-edit prompt layout and FIM answer trimming.
+"""Wire formats every layer shares: Inception's next-edit prompt layout, FIM answer trimming, and
+the language server's telemetry log (its layout and the examples ``align`` reads from it).
 
 Design decisions:
 - Standard library only, and no import of any other package of this repository, so the LSP can

@@ -8,12 +8,14 @@ Two sources, both read as plain files (this package imports neither the replay h
   desirable, and where no hunk of theirs touches the region that answer is the region unchanged,
   which is how the model learns to abstain. FIM: an exact completion is desirable, a wrong one
   undesirable, and the developer's rest of line desirable.
-- *LSP telemetry* (the SQLite file of lsp/telemetry.py, read with ``sqlite3`` in read-only mode): a
-  suggestion accepted (or the accepted part of a partial accept) is desirable; one rejected, or
-  shown and never accepted, undesirable. Suggestions never shown carry no signal and are skipped.
-  The LSP keeps prompt text only with ``telemetry.keepPrompts`` (and only within its retention
-  bounds); a suggestion stored as sizes and hashes (``"omitted": true``) is counted as
-  ``telemetry_without_prompts``, never guessed at, and ``editserver align`` says so.
+- *LSP telemetry* (the SQLite file of lsp/telemetry.py): read by protocol/telemetry_log.py
+  (``read_telemetry``, ``count_events`` and ``Example`` are re-exported here), where the rule is
+  written down: a suggestion accepted (or the accepted part of a partial accept) is desirable; one
+  rejected, or shown and never accepted, undesirable; per region for next edits. It lives in the
+  protocol room so that ``editserver telemetry stats`` (in the LSP's room, which may not import
+  this package) counts the usable examples with the very code ``align`` reads them with. The LSP
+  keeps prompt text only with ``telemetry.keepPrompts``; a suggestion stored as sizes and hashes
+  is counted as ``telemetry_without_prompts``, never guessed at, and ``editserver align`` says so.
 
 Design decisions:
 - Held-out rows are refused, never filtered quietly: a replay file holding rows of a repository the
@@ -30,26 +32,13 @@ Design decisions:
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from editserver.model.train.data import HELD_OUT_REPOS
+from editserver.protocol.telemetry_log import Example, count_events, read_telemetry
 
-
-@dataclass
-class Example:
-    kind: str  # "fim" | "edit"
-    desirable: bool
-    answer: str  # the FIM middle, or the rewritten region
-    source: str  # where it came from, e.g. "replay:developer", "telemetry:accept"
-    prompt: str = ""  # edit: the Inception next-edit prompt (protocol/prompt.py)
-    prefix: str = ""  # FIM
-    suffix: str = ""  # FIM
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+__all__ = ["Example", "HeldOutError", "TooFewEventsError", "count_events", "read_replay", "read_telemetry"]
 
 
 class HeldOutError(ValueError):
@@ -181,100 +170,4 @@ def read_replay(path: str | Path, stats: Counter | None = None) -> list[Example]
         elif r.get("kind") == "fim":
             out += _fim_examples(r, stats)
     stats["replay_rows"] += len(rows)
-    return out
-
-
-# ---- telemetry ---------------------------------------------------------------------------------
-def _connect_ro(path: Path) -> sqlite3.Connection:
-    if not path.is_file():
-        raise FileNotFoundError(f"no such telemetry file: {path}")
-    try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        db.execute("SELECT 1 FROM suggestions LIMIT 1")
-        db.execute("SELECT 1 FROM events LIMIT 1")
-    except sqlite3.DatabaseError as e:
-        raise ValueError(f"{path} is not an editserver telemetry file (lsp/telemetry.py): {e}") from None
-    return db
-
-
-def count_events(path: str | Path) -> int:
-    db = _connect_ro(Path(path))
-    try:
-        return int(db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
-    finally:
-        db.close()
-
-
-def _telemetry_example(
-    kind: str, prompt: dict, suggestion, events: list[tuple], stats: Counter
-) -> list[Example]:
-    """One stored suggestion and its events -> examples (module docstring)."""
-    accepts = [e for e in events if e[0] == "accept"]
-    shown_or_rejected = any(e[0] in ("show", "reject") for e in events)
-    if kind == "fim":
-        text = suggestion if isinstance(suggestion, str) else None
-        if text is None or "prefix" not in prompt:
-            stats["telemetry_malformed"] += 1
-            return []
-        pre, suf = prompt["prefix"], prompt.get("suffix", "")
-        if accepts:
-            _, _, partial, accepted = accepts[-1]
-            answer = accepted if partial and accepted else text
-            src = "telemetry:partial" if partial and accepted else "telemetry:accept"
-            return [Example("fim", True, answer, src, prefix=pre, suffix=suf)]
-        if shown_or_rejected:
-            return [Example("fim", False, text, "telemetry:reject", prefix=pre, suffix=suf)]
-        return []
-    prompts = prompt.get("prompts") or []
-    edits = suggestion if isinstance(suggestion, list) else []
-    if not prompts or len(edits) != len(prompts):
-        stats["telemetry_malformed"] += 1
-        return []
-
-    def pick(i) -> tuple[str, str] | None:
-        i = i if isinstance(i, int) and 0 <= i < len(prompts) else 0
-        text = edits[i].get("rewritten") if isinstance(edits[i], dict) else None
-        return (prompts[i], text) if isinstance(text, str) else None
-
-    if accepts:
-        got = pick(accepts[-1][1])
-        return [] if got is None else [Example("edit", True, got[1], "telemetry:accept", prompt=got[0])]
-    if shown_or_rejected:
-        idx = next((e[1] for e in events if e[0] == "reject" and e[1] is not None), None)
-        got = pick(idx)
-        return [] if got is None else [Example("edit", False, got[1], "telemetry:reject", prompt=got[0])]
-    return []
-
-
-def read_telemetry(path: str | Path, stats: Counter | None = None) -> list[Example]:
-    """Examples from one LSP telemetry file (lsp/telemetry.py's schema, opened read-only)."""
-    stats = stats if stats is not None else Counter()
-    db = _connect_ro(Path(path))
-    try:
-        events: dict[str, list[tuple]] = {}
-        for sid, event, idx, partial, text in db.execute(
-            "SELECT suggestion_id, event, edit_index, partial, accepted_text FROM events ORDER BY id"
-        ):
-            events.setdefault(sid, []).append((event, idx, partial, text))
-        stats["telemetry_events"] += sum(len(v) for v in events.values())
-        out: list[Example] = []
-        for sid, kind, prompt, suggestion in db.execute(
-            "SELECT id, kind, prompt, suggestion FROM suggestions ORDER BY created"
-        ):
-            if sid not in events:
-                continue
-            try:
-                p, s = json.loads(prompt), json.loads(suggestion)
-            except ValueError:
-                stats["telemetry_malformed"] += 1
-                continue
-            if not isinstance(p, dict):
-                stats["telemetry_malformed"] += 1
-                continue
-            if p.get("omitted") is True:  # keepPrompts was off, or retention redacted it
-                stats["telemetry_without_prompts"] += 1
-                continue
-            out += _telemetry_example(kind, p, s, events[sid], stats)
-    finally:
-        db.close()
     return out
