@@ -9,6 +9,9 @@ Design decisions:
 - FIM tuning has its own budget (``--tune-fim``, like ``--tune-points`` for edits) rather than
   sharing ``--max-fim``: what is tuned on and what is reported are different inputs, and either may
   be 0 without the other.
+- Next edit is summarised per kind too (in-file, cross-file: editserver/replay/kinds.py): each
+  kind's held-out figures under the joint threshold and under the per-kind ones, and each kind's
+  tuned threshold or why it kept the joint one, in the same words as the reports.
 - Bad input (no such file, no source of suggestions, a resumed log of other settings) exits with a
   one-line error and status 2, never a traceback. Ctrl-C writes what finished and exits 130.
 """
@@ -91,7 +94,20 @@ def _pct(v) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}%"
 
 
+def _per_kind_lines(result: dict) -> list[str]:
+    """Held out, each kind under the joint threshold and under the per-kind ones (replay/kinds.py)."""
+    from editserver.replay.kinds import comparison_rows
+
+    return [
+        f"  {name}: {r['requests']} points · shown {r['shown']} · accepted {r['accepted']} · acceptance "
+        f"{_pct(r['acceptance_rate'])} · utility {'n/a' if r['utility'] is None else format(r['utility'], '+.3f')}"
+        for name, r in comparison_rows(result.get("per_kind") or {}).items()
+    ]
+
+
 def print_summary(result: dict) -> None:
+    from editserver.replay.kinds import fmt_threshold, tuning_lines
+
     s, f = result["summary"], result["fim"]["summary"]
     thr = s["threshold"]
     print(
@@ -99,7 +115,7 @@ def print_summary(result: dict) -> None:
         f" of shown · exact {_pct(s['exact_match_rate'])} · kept {_pct(s['kept_rate'])} · utility "
         f"{'n/a' if s['utility'] is None else format(s['utility'], '+.3f')} · p50/p95 "
         f"{s['latency_ms']['p50'] or 0:.0f}/{s['latency_ms']['p95'] or 0:.0f} ms · threshold "
-        f"{'server' if thr is None else f'{thr:.2f}'} ({s['score_aggregate']})"
+        f"{fmt_threshold(thr)} ({s['score_aggregate']})"
     )
     c, q = result.get("cross_file") or {}, result.get("quiet") or {}
     if c.get("requests"):
@@ -107,6 +123,10 @@ def print_summary(result: dict) -> None:
             f"cross-file: {c['requests']} requests · shown {c['shown']} · accepted {c['accepted']} · exact "
             f"{c['exact']} · utility {'n/a' if c['utility'] is None else format(c['utility'], '+.3f')}"
         )
+    per_kind = _per_kind_lines(result)
+    if per_kind:
+        print("per kind, the joint threshold against one per kind:")
+        print("\n".join(per_kind))
     if q.get("requests"):
         print(
             f"quiet (nothing to do in the region): {q['requests']} requests · false alarms {q['false_alarms']}"
@@ -125,9 +145,11 @@ def print_summary(result: dict) -> None:
     if "chosen" in t:
         ch = t["chosen"]
         print(
-            f"tuned on training repositories: {ch['score_aggregate']} >= {ch['selectivity_threshold']:.2f} "
-            f"(utility {ch['utility']:+.3f})"
+            f"tuned on training repositories, both kinds together: {ch['score_aggregate']} >= "
+            f"{ch['selectivity_threshold']:.2f} (utility {ch['utility']:+.3f})"
         )
+        for line in tuning_lines(t):
+            print(f"  per kind, {line}")
     if "fim" in t:
         ch = t["fim"]["chosen"]
         print(

@@ -11,6 +11,12 @@ Design decisions:
   training repositories and keeps the (aggregate, threshold) with the best utility; with
   ``write_config`` it is written into the checkpoint (``update_inference_config``), which is where the
   server reads it to suppress weak suggestions. Evaluation inputs never influence the choice.
+- Next edit then gets a threshold per kind (replay/kinds.py): in-file and cross-file points are
+  tuned apart on that aggregate, a kind with too few acceptances keeping the joint threshold, and
+  all three are written (``selectivity_threshold``, ``in_file_threshold``, ``cross_file_threshold``).
+  The per-kind rule is the one in force for evaluation, as on the server; ``--threshold`` is one
+  number for both kinds. The result's ``per_kind`` compares each kind under the joint threshold and
+  under the per-kind ones on the same held-out answers.
 - FIM is tuned on FIM points of the same tuning records (``tune_fim`` of them), after the edits:
   its threshold is swept 0.00-1.00 on the aggregate the edits chose (the one ``write_config``
   writes, so the one the server will score FIM with), with the same utility (+0.75 exact rest of
@@ -29,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from editserver.options import opt
-from editserver.replay import metrics
+from editserver.replay import kinds, metrics
 from editserver.replay.crossfile import quiet_summary
 from editserver.replay.points import Options
 from editserver.replay.runner import PhaseResult, RowLog, run_phase
@@ -209,6 +215,7 @@ def tune(rows: list[dict], s: Suggester) -> dict:
             "selectivity_threshold": thr,
             "utility": comparison[agg]["best_utility"],
         },
+        "per_kind": kinds.tune_kinds(rows, agg, thr),
         "summary_untuned": metrics.summarize(rows, None, s.score_aggregate),
         "summary_tuned": metrics.summarize(rows, thr, agg),
     }
@@ -236,6 +243,9 @@ def write_thresholds(model_dir: str | Path, tuning: dict) -> None:
     changes = {}
     if "chosen" in tuning:
         changes["selectivity_threshold"] = tuning["chosen"]["selectivity_threshold"]
+        # always both, fallbacks too: a kind's threshold tuned for earlier weights must not survive
+        for kind, k in tuning.get("per_kind", {}).items():
+            changes[f"{kind}_threshold"] = k["threshold"]
         if tuning["chosen"]["score_aggregate"] in AGGREGATES:
             changes["score_aggregate"] = tuning["chosen"]["score_aggregate"]
     if "fim" in tuning:
@@ -283,14 +293,16 @@ def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
         if isinstance(s, HttpSuggester):
             s.close()
     server_decides = isinstance(s, HttpSuggester) and cfg.aggregate is None
+    # (per-kind rule in force, joint threshold it is compared with, aggregate)
     if cfg.threshold is not None:
-        thr, agg = cfg.threshold, cfg.aggregate or s.score_aggregate
+        thr, joint, agg = cfg.threshold, cfg.threshold, cfg.aggregate or s.score_aggregate
     elif tuning and "chosen" in tuning:
-        thr, agg = tuning["chosen"]["selectivity_threshold"], tuning["chosen"]["score_aggregate"]
+        joint, agg = tuning["chosen"]["selectivity_threshold"], tuning["chosen"]["score_aggregate"]
+        thr = kinds.tuned_rule(tuning["per_kind"])
     else:
-        thr, agg = s.threshold, cfg.aggregate or s.score_aggregate
+        thr, joint, agg = kinds.source_rule(s), s.threshold, cfg.aggregate or s.score_aggregate
         if server_decides:
-            thr = None  # the server's own above_threshold decides
+            thr = None  # the server's own above_threshold decides, per kind
     if cfg.fim_threshold is not None:
         fim = (cfg.fim_threshold, agg)
     elif tuning and "fim" in tuning:
@@ -298,6 +310,7 @@ def run(cfg: ReplayConfig, suggester: Suggester | None = None) -> dict:
     else:
         fim = (None if server_decides else s.fim_threshold, agg)
     result = assemble(cfg, s, res.edits, res.fims, (thr, agg), fim, tuning, stats, complete)
+    result["per_kind"] = kinds.compare(res.edits, joint, thr, agg)
     # labelled too: more KTO data, never in the reported figures
     result["tune_suggestions"], result["tune_fim_completions"] = tres.edits, tres.fims
     if cfg.json_out:
@@ -310,13 +323,14 @@ def assemble(
     s: Suggester,
     edits: list[dict],
     fims: list[dict],
-    edit_rule: tuple[float | None, str | None],
+    edit_rule: tuple[kinds.Rule, str | None],
     fim_rule: tuple[float | None, str | None],
     tuning: dict | None,
     stats: Counter,
     complete: bool,
 ) -> dict:
-    """The result document; each ``*_rule`` is the (threshold, aggregate) in force for its kind."""
+    """The result document; each ``*_rule`` is the (threshold, aggregate) in force for its kind (the
+    next edit's threshold may be one per kind, replay/kinds.py)."""
     thr, agg = edit_rule
     for rows, (t, a) in ((edits, edit_rule), (fims, fim_rule)):
         for r in rows:

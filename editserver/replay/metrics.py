@@ -4,6 +4,8 @@ Design decisions:
 - A row is one request's outcome (a dict, exactly as logged). It is *shown* when it is a real
   proposal (accepted or rejected, see judge.py) and clears the threshold in force; suppressed,
   unchanged, blank and failed requests are not shown.
+- A threshold is one number, None (the source's own decision, ``above_threshold``), or a dict of
+  one per next-edit kind (``in_file``, ``cross_file``: replay/kinds.py), read by the row's ``where``.
 - Utility per request rewards a shown suggestion +0.75 when accepted and -0.25 when rejected (Cursor's
   reward), 0 when nothing is shown: staying quiet is free, so it is positive only when more than a
   quarter of what is shown gets accepted.
@@ -48,9 +50,16 @@ def row_score(row: dict, aggregate: str | None) -> float | None:
     return row.get("score")
 
 
-def is_shown(row: dict, threshold: float | None, aggregate: str | None) -> bool:
+def kind_of(row: dict) -> str:
+    """A next-edit row's kind: ``in_file`` or ``cross_file`` (rows logged before kinds: in-file)."""
+    return row.get("where") or "in_file"
+
+
+def is_shown(row: dict, threshold: float | dict | None, aggregate: str | None) -> bool:
     if row.get("label") not in CANDIDATE:
         return False
+    if isinstance(threshold, dict):  # one per next-edit kind (replay/kinds.py)
+        threshold = threshold.get(kind_of(row))
     if threshold is None:
         return row.get("above_threshold") is not False
     s = row_score(row, aggregate)
@@ -61,7 +70,7 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def summarize(rows: list[dict], threshold: float | None = None, aggregate: str | None = None) -> dict:
+def summarize(rows: list[dict], threshold: float | dict | None = None, aggregate: str | None = None) -> dict:
     n = len(rows)
     shown = [r for r in rows if is_shown(r, threshold, aggregate)]
     acc = sum(r["label"] == "accepted" for r in shown)
@@ -95,7 +104,7 @@ def group_by(rows: Iterable[dict], key: str) -> dict[str, list[dict]]:
     return dict(sorted(out.items()))
 
 
-def breakdown(rows: list[dict], threshold: float | None, aggregate: str | None) -> dict:
+def breakdown(rows: list[dict], threshold: float | dict | None, aggregate: str | None) -> dict:
     return {
         "by_language": {k: summarize(v, threshold, aggregate) for k, v in group_by(rows, "lang").items()},
         "by_repository": {k: summarize(v, threshold, aggregate) for k, v in group_by(rows, "repo").items()},

@@ -4,6 +4,9 @@ Design decisions:
 - One HTML file with inline CSS and inline SVG (svg.py): it opens offline, can be mailed or
   attached to CI, and loads nothing from the network.
 - It is rendered from the same result dict the ``--json`` output holds, so the two never disagree.
+- Next edit is also shown per kind (in-file, cross-file): each kind's held-out figures under the
+  joint threshold and under the per-kind ones (replay/kinds.py), and each kind's tuning or why it
+  kept the joint threshold.
 - FIM gets the same treatment as next edit: its threshold in force, its tuning (chosen threshold,
   ROC AUC, curves on the training repositories) and its sweep on the evaluation repositories.
 - Examples are picked deterministically (accepted and rejected proposals in id order, shown ones
@@ -16,6 +19,7 @@ from __future__ import annotations
 import difflib
 from html import escape
 
+from editserver.replay import kinds
 from editserver.replay.svg import line_chart
 
 CSS = """
@@ -189,7 +193,7 @@ def _head(result: dict) -> list[str]:
         f"<p class='muted'>suggester: {escape(str(result.get('suggester')))} · inputs: "
         f"{escape(', '.join(map(str, src.get('inputs', []))))} · seed {escape(str(src.get('seed')))}"
         f"{'' if result.get('complete', True) else ' · <b>interrupted: partial results</b>'}</p>",
-        f"<p>Threshold in force: <b>{'server decides' if thr is None else f'{thr:.2f}'}</b>"
+        f"<p>Threshold in force: <b>{escape(kinds.fmt_threshold(thr))}</b>"
         f" on aggregate <b>{escape(str(s.get('score_aggregate')))}</b>.</p>",
     ]
 
@@ -199,6 +203,10 @@ def _next_edit_section(result: dict) -> list[str]:
     quiet = _quiet_line(result)
     if quiet:
         parts.append(f"<p>{escape(quiet)}</p>")
+    per_kind = kinds.comparison_rows(result.get("per_kind") or {})
+    if per_kind:
+        parts.append("<h3>Per kind: the joint threshold against one per kind</h3>")
+        parts.append(table(per_kind, kinds.COLS, "kind, threshold"))
     parts.append("<h3>Per language</h3>" + table(result.get("by_language", {}), EDIT_COLS, "language"))
     parts.append("<h3>Per repository</h3>" + table(result.get("by_repository", {}), EDIT_COLS, "repository"))
     return parts
@@ -230,6 +238,7 @@ def _tuning_section(tuning: dict) -> list[str]:
         f"repositories: aggregate <b>{escape(ch['score_aggregate'])}</b>, threshold "
         f"<b>{ch['selectivity_threshold']:.2f}</b> (utility there {ch['utility']:+.3f} per request)."
         f"{' Written into ' + escape(str(written)) + '.' if written else ''}</p>",
+        *(f"<p>Per kind, {escape(line)}.</p>" for line in kinds.tuning_lines(tuning)),
         table(_tuning_rows(tuning), TUNING_COLS, "aggregate"),
         line_chart(
             util_series,
@@ -265,7 +274,8 @@ def render(result: dict) -> str:
     parts += ["<h2>Selectivity threshold</h2>", *_tuning_section(tuning)]
     if result.get("sweep"):
         thr = result["summary"].get("threshold")
-        parts.append(_curves_chart(result["sweep"], "evaluation repositories (validation)", thr))
+        marker = None if isinstance(thr, dict) else thr  # one per kind: no one place on this sweep
+        parts.append(_curves_chart(result["sweep"], "evaluation repositories (validation)", marker))
     parts += _fim_threshold_section(tuning, fim)
     suggestions = result.get("suggestions", [])
     parts.append("<h2>Examples</h2><h3>Accepted</h3>" + _examples(suggestions, "accepted", 5))
@@ -312,7 +322,7 @@ def markdown(result: dict) -> str:
     s = result["summary"]
     thr = s.get("threshold")
     parts = [
-        f"Threshold in force: {'server decides' if thr is None else f'{thr:.2f}'} on `{s.get('score_aggregate')}`"
+        f"Threshold in force: {kinds.fmt_threshold(thr)} on `{s.get('score_aggregate')}`"
         f" · suggester `{result.get('suggester')}`"
         + ("" if result.get("complete", True) else " · **interrupted: partial results**"),
         "",
@@ -325,6 +335,10 @@ def markdown(result: dict) -> str:
     quiet = _quiet_line(result)
     if quiet:
         parts += ["", f"**Quiet case**{quiet[len('Quiet case') :]}"]
+    per_kind = kinds.comparison_rows(result.get("per_kind") or {})
+    if per_kind:
+        parts += ["", "**Per kind**: the joint threshold against one per kind", ""]
+        parts += [_md_table(per_kind, kinds.COLS, "kind, threshold")]
     fim = result.get("fim") or {}
     if fim.get("summary", {}).get("requests"):
         rows = {"all": fim["summary"], **fim.get("by_position", {}), **fim.get("by_language", {})}
@@ -332,12 +346,14 @@ def markdown(result: dict) -> str:
         parts += ["", _md_table(rows, FIM_COLS, "scope")]
     tuning = result.get("tuning") or {}
     if "chosen" in tuning:
-        ch = tuning["chosen"]
+        ch, lines = tuning["chosen"], kinds.tuning_lines(tuning)
         parts += [
             "",
             f"**Tuning** on {tuning['summary_untuned']['requests']} requests from training repositories: "
             f"chosen `{ch['score_aggregate']}` >= {ch['selectivity_threshold']:.2f} (utility {ch['utility']:+.3f})",
             "",
+            *(f"- per kind, {line}" for line in lines),
+            *([""] if lines else []),
             _md_table(_tuning_rows(tuning), TUNING_COLS, "aggregate"),
         ]
     if "fim" in tuning:

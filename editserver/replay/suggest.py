@@ -15,6 +15,9 @@ Design decisions:
   they are sent concurrently and the server schedules them. A request the
   engine refuses (malformed prompt, context too long) becomes an error answer, never a crash.
 - Requests are greedy (temperature 0) with a fixed seed: replays are reproducible.
+- Every edit request says its kind (a cross-file point's region is in another file than the edited
+  one), in-process as ``EditRequest.cross_file`` and over HTTP as ``edit_kind``, so the source
+  applies the threshold the server would (replay/kinds.py).
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ class FimAnswer:
 class Suggester(Protocol):
     name: str
     score_aggregate: str | None  # the aggregate behind ``EditAnswer.score`` and ``FimAnswer.score``
-    threshold: float | None  # the selectivity threshold the source applies to edits
+    threshold: float | None  # the joint next-edit threshold (None: the source does not say)
+    # the next-edit threshold it applies per kind (in_file, cross_file: replay/kinds.py); a source
+    # without it applies ``threshold`` to both
+    thresholds: dict[str, float | None]
     fim_threshold: float | None  # the threshold it applies to FIM
 
     def edit(self, points: list[EditPoint]) -> list[EditAnswer]: ...
@@ -74,6 +80,10 @@ class EngineSuggester:
         self.name = f"in-process:{engine.ck.meta.get('recipe', 'model')}@{engine.ck.meta.get('step', '?')}"
         self.score_aggregate = engine.inference.score_aggregate
         self.threshold = engine.inference.selectivity_threshold
+        self.thresholds = {
+            "in_file": engine.inference.edit_threshold(cross_file=False),
+            "cross_file": engine.inference.edit_threshold(cross_file=True),
+        }
         self.fim_threshold = engine.inference.fim_threshold
 
     def _options(self, stop: list[str] | None = None):
@@ -108,7 +118,11 @@ class EngineSuggester:
             scores = {name: aggregate(c.scored_confidences, name) for name in AGGREGATES}
             return EditAnswer(c.text, c.score, scores, c.above_threshold, c.latency_s * 1000)
 
-        return self._run([EditRequest(prompt=p.prompt, options=self._options()) for p in points], convert)
+        reqs = [
+            EditRequest(prompt=p.prompt, options=self._options(), cross_file=p.where == "cross_file")
+            for p in points
+        ]
+        return self._run(reqs, convert)
 
     def fim(self, points: list[FimPoint]) -> list[FimAnswer]:
         from editserver.model.infer.engine import FimRequest
@@ -159,7 +173,8 @@ class HttpSuggester:
         self.name = f"http:{base_url}"
         self.effort, self.seed, self.model = effort, seed, model
         self.score_aggregate: str | None = None
-        self.threshold: float | None = None
+        self.threshold: float | None = None  # the joint one: a server reports only the one it applied
+        self.thresholds: dict[str, float | None] = {}
         self.fim_threshold: float | None = None
 
     def _post(self, path: str, body: dict) -> tuple[dict | None, float, str | None]:
@@ -184,7 +199,8 @@ class HttpSuggester:
         return data, dt, None
 
     def _edit_one(self, p: EditPoint) -> EditAnswer:
-        body = {"messages": [{"role": "user", "content": p.prompt}]}
+        # the kind decides which of the server's thresholds applies (ours; other servers ignore it)
+        body = {"messages": [{"role": "user", "content": p.prompt}], "edit_kind": p.where}
         data, dt, err = self._post("/v1/edit/completions", body)
         if data is None:
             return EditAnswer(None, latency_ms=dt, error=err)
@@ -193,7 +209,7 @@ class HttpSuggester:
         # a suppressed edit comes back as the unchanged region; the model's own text is in the extra field
         text = info.get("suggestion") if info.get("suggestion") is not None else content
         if info.get("threshold") is not None:
-            self.threshold = float(info["threshold"])
+            self.thresholds[info.get("edit_kind") or p.where] = float(info["threshold"])
         return EditAnswer(text, info.get("score"), {}, info.get("above_threshold"), dt)
 
     def _fim_one(self, p: FimPoint) -> FimAnswer:

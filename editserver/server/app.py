@@ -13,15 +13,22 @@ Design decisions:
   the user happens to visit cannot call the local API with the user's code.
 - Next edit never returns "no prediction": when the model's rewrite is unchanged, truncated (ran out
   of canvas), empty (it would delete the whole region on a vacuous score) or scores below the
-  checkpoint's selectivity threshold, the content is the region as sent, so Zed/Continue show nothing.
+  checkpoint's selectivity threshold for its kind, the content is the region as sent, so
+  Zed/Continue show nothing.
 - FIM answers "" (finish_reason "stop") when the model's text is blank or scores below the
   checkpoint's ``fim_threshold``: no ghost text rather than a wrong one. Both rules live in
   outcome.py, and every answer shape (JSON, plain stream, diffusing stream) is built from its one
   ``View``, so they agree. Our ``editserver`` field carries the score, whether it cleared the
   threshold in force for its kind, that threshold, the outcome and the model's own text, for
   clients that want to decide themselves.
+- Next edit has a threshold per kind: a request marked ``"edit_kind": "cross_file"`` (a region in
+  another file than the one edited; the LSP marks them) is held to the checkpoint's
+  ``cross_file_threshold``, every other one, and every Inception client that sends no kind, to
+  ``in_file_threshold``: such clients ask about the file they edit. ``/v1/models`` lists the
+  thresholds in force and the ``editserver`` field says which one applied (``edit_kind``).
 - ``serve --fim-threshold/--edit-threshold`` (Settings) replace the checkpoint's thresholds on the
-  engine before anything is served, so every answer, the ``editserver`` field and the replay agree.
+  engine before anything is served, so every answer, the ``editserver`` field and the replay agree;
+  ``--edit-threshold`` replaces both next-edit ones.
 - Streams are Server-Sent Events ending in ``data: [DONE]``. The diffusion canvas is decoded in
   parallel, so a plain stream sends the answer as one chunk when it is ready; ``diffusing: true``
   sends every intermediate draft, each one the whole current text that replaces the previous one
@@ -53,12 +60,16 @@ from editserver.server.state import Served
 
 def _with_overrides(engine: Engine, settings: Settings) -> None:
     """``serve --fim-threshold/--edit-threshold`` replace the checkpoint's thresholds on the engine,
-    which decides above/below threshold itself, so every answer and the ``editserver`` field agree."""
+    which decides above/below threshold itself, so every answer and the ``editserver`` field agree.
+    ``--edit-threshold`` replaces the joint, in-file and cross-file ones alike."""
+    edit = settings.edit_threshold
     overrides = {
         k: v
         for k, v in (
             ("fim_threshold", settings.fim_threshold),
-            ("selectivity_threshold", settings.edit_threshold),
+            ("selectivity_threshold", edit),
+            ("in_file_threshold", edit),
+            ("cross_file_threshold", edit),
         )
         if v is not None
     }
@@ -95,7 +106,11 @@ def create_app(settings: Settings, engine: Engine | None = None, metrics: Metric
         scheduler=scheduler,
         metrics=metrics,
         limits=Limits(max_output_tokens=cap, fim_default_tokens=engine.inference.fim_max_tokens),
-        thresholds={"edit": engine.inference.selectivity_threshold, "fim": engine.inference.fim_threshold},
+        thresholds={
+            "fim": engine.inference.fim_threshold,
+            "in_file": engine.inference.edit_threshold(cross_file=False),
+            "cross_file": engine.inference.edit_threshold(cross_file=True),
+        },
         created=int(time.time()),
     )
 

@@ -81,6 +81,8 @@ async def run_request(s: Served, request: Request, body: FimBody | EditBody, kin
     rid = f"{'cmpl' if kind == 'fim' else 'edit'}-{uuid.uuid4().hex[:24]}"
     meta = {"id": rid, "created": int(time.time()), "model": body.model or s.settings.served_model_name}
     request.state.log = {"id": rid, "kind": kind, "stream": body.streaming}
+    if kind == "edit":  # whose threshold the answer is held to (schemas.EditBody.edit_kind)
+        request.state.log["edit_kind"] = body.edit_kind or "in_file"
     try:
         first = await _next(events, fut) if body.streaming else None
         if not body.streaming or first is None:

@@ -11,7 +11,8 @@ Design decisions:
 - Next-edit outcomes, first match wins: ``cancelled``; ``truncated`` (ran out of canvas: a partial
   rewrite would cut the region short); ``unchanged`` (the region as it was, or only its layout
   moved); ``empty`` (it would delete the whole region, on a vacuous score); ``below_threshold`` (the
-  checkpoint's ``selectivity_threshold``); ``shown``.
+  checkpoint's threshold for the request's kind: ``in_file_threshold`` or ``cross_file_threshold``);
+  ``shown``.
 - FIM outcomes, first match wins: ``cancelled``; ``empty`` (nothing but blanks: nothing to insert);
   ``below_threshold`` (the checkpoint's ``fim_threshold``: users would rather see no suggestion than
   a wrong one); ``shown``. A FIM answer cut by ``max_tokens`` is shown with finish_reason ``length``,

@@ -26,12 +26,15 @@ def sse(obj: dict | str) -> bytes:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
 
-def info(s: Served, res: Result, kind: str, v: View) -> dict:
+def info(s: Served, res: Result, kind: str, v: View, body=None) -> dict:
     c = res.completion
+    edit_kind = (getattr(body, "edit_kind", None) or "in_file") if kind == "edit" else None
     return SuggestionInfo(
         score=round(c.score, 6),
         above_threshold=c.above_threshold,
-        threshold=s.thresholds[kind],
+        # the engine's own (it decided above_threshold against it), else what the server holds in force
+        threshold=c.threshold if c.threshold is not None else s.thresholds[edit_kind or "fim"],
+        edit_kind=edit_kind,
         unchanged=c.unchanged,
         suppressed=v.suppressed,
         outcome=v.outcome,
@@ -107,7 +110,7 @@ def _view(s: Served, request: Request, kind: str, res: Result, body=None) -> tup
         v, trimmed = fim_postprocessed(v, res.completion.text, body.prompt, body.suffix or "")
     s.metrics.count_outcome(kind, v.outcome)
     _log(request, res, outcome=v.outcome)
-    out = info(s, res, kind, v)
+    out = info(s, res, kind, v, body)
     if trimmed is not None:
         out["postprocess"] = trimmed
     return v, shown_draft(kind, v.text), out

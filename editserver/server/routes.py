@@ -4,7 +4,11 @@ Design decisions:
 - Auth: with ``--api-key`` every ``/v1/*`` route needs ``Authorization: Bearer KEY`` (compared in
   constant time); ``/health`` and ``/metrics`` stay open for local probes and scrapers.
 - Completion handlers hand the request to the one flow (flow.py); the model routes describe the
-  loaded model as it is served (family, size, dtype, context, the window it reads).
+  loaded model as it is served (family, size, dtype, context, the window it reads, the thresholds
+  in force: FIM's and next edit's in-file and cross-file ones).
+- ``/v1/tokenizer`` serves our own family's tokenizer.json, so a client (the LSP, lsp/budget.py)
+  counts its prompts in the model's tokens without a round trip per prompt; an open family's
+  prompts are framed by its chat template, which the file does not hold, so it is not served (404).
 """
 
 from __future__ import annotations
@@ -109,6 +113,7 @@ def cards(s: Served) -> list[ModelCard]:
             parameters=engine.num_parameters,
             dtype=engine.dtype,
             window=min(engine.window, engine.context_length),
+            thresholds=dict(s.thresholds),
         )
         for n in [name, *[a for a in s.settings.aliases if a != name]]
     ]
@@ -132,6 +137,25 @@ async def model_card(model_id: str, request: Request) -> ModelCard:
     raise APIError(
         404, f"the model '{model_id}' does not exist", "invalid_request_error", "model", "model_not_found"
     )
+
+
+@router.get(
+    "/v1/tokenizer",
+    response_class=Response,
+    responses={200: {"content": {"application/json": {}}}, **ERRORS, 404: {"model": ErrorResponse}},
+    dependencies=protected,
+)
+async def tokenizer(request: Request) -> Response:
+    engine = served(request).engine
+    if engine.family != "editserver":
+        raise APIError(
+            404,
+            f"the {engine.family} family's tokenizer is not served",
+            "invalid_request_error",
+            None,
+            "tokenizer_not_available",
+        )
+    return Response(engine.tok.hf.to_str(), media_type="application/json")
 
 
 @router.get("/health", response_model=Health)

@@ -15,6 +15,9 @@ Design decisions:
   greedily, which is what they converge to, instead of dividing by zero. ``frequency_penalty`` is accepted for compatibility (Continue sends it) but not applied: the
   diffusion sampler has a presence penalty only.
 - Continue sends ``suffix: "<|endoftext|>"`` when the real suffix is empty; that is read as "".
+- Our own request options are top-level fields beside Inception's (``cursor_index``, ``diffusing``,
+  ``edit_kind``), as ``reasoning_effort`` is: clients that do not know them send none, and every
+  one of them defaults to what such a client means (``edit_kind``: the edited file, in-file).
 - Lone UTF-16 surrogates (valid JSON escapes, but not encodable text) become U+FFFD instead of
   failing deep inside the tokenizer.
 - Defaults: temperature 0 (greedy; the small model is most reliable greedy), top_p 1, presence
@@ -40,6 +43,7 @@ CONTINUE_EMPTY_SUFFIX = "<|endoftext|>"
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 Effort = Literal["instant", "low", "medium", "high"]
+EditKind = Literal["in_file", "cross_file"]
 
 
 def _number_only(v: object) -> object:
@@ -179,6 +183,11 @@ class EditBody(_Common):
         description="which <|cursor|> of the <|code_to_edit|> region marks the cursor, counting from 0; "
         "the others are the file's own text (without it the region may hold only one)",
     )
+    edit_kind: EditKind | None = Field(
+        None,
+        description="ours: cross_file when the region lies in another file than the one edited (the "
+        "checkpoint's cross_file_threshold decides); in_file, or nothing, holds it to in_file_threshold",
+    )
 
     def prompt_text(self) -> str:
         users = [m for m in self.messages if m.role == "user"]
@@ -195,6 +204,7 @@ class EditBody(_Common):
             max_tokens=min(n if n is not None else limits.max_output_tokens, limits.max_output_tokens),
             options=self._options(),
             cursor_index=self.cursor_index,
+            cross_file=self.edit_kind == "cross_file",
         )
 
 
@@ -215,8 +225,11 @@ class SuggestionInfo(BaseModel):
         "the threshold",
     )
     threshold: float = Field(
-        ..., description="the checkpoint's threshold for this kind: fim_threshold or selectivity_threshold"
+        ...,
+        description="the threshold this answer was held to: fim_threshold, or the next edit's "
+        "in_file_threshold / cross_file_threshold (edit_kind says which)",
     )
+    edit_kind: EditKind | None = Field(None, description="next edit: whose threshold applied; FIM: null")
     unchanged: bool = Field(False, description="edit: the model rewrote the region as it was")
     suppressed: bool = Field(
         False, description='the model\'s text is not what was sent (FIM: ""; edit: the region as sent)'
@@ -294,6 +307,10 @@ class ModelCard(BaseModel):
     parameters: int = Field(0, description="parameter count of the loaded weights")
     dtype: str = Field("float32", description="the weights' serving dtype")
     window: int = Field(0, description="prompt tokens the model actually reads (over-window input is cut)")
+    thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description="the thresholds in force: fim, and next edit's in_file and cross_file (request edit_kind)",
+    )
 
 
 class ModelList(BaseModel):

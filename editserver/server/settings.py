@@ -15,6 +15,8 @@ Design decisions:
 - ``fim_threshold`` / ``edit_threshold`` override the checkpoint's tuned thresholds for this server
   only (``serve --fim-threshold 0`` shows every non-blank completion of a checkpoint whose tuned
   threshold hides them all); None keeps the checkpoint's value, and the checkpoint is never edited.
+  ``edit_threshold`` is one number for both next-edit kinds (in-file, cross-file): an operator's
+  override means "show what scores this", whatever file the region is in.
 - Safe network defaults: a host other than loopback needs an API key (``insecure_no_auth`` is the
   explicit, named way out), so the model and its answers about the user's code are never open to
   the network by accident. Bodies are capped (``max_body_bytes``, 1 MiB: a full 32K-token prompt is
@@ -106,7 +108,8 @@ class Settings:
     )
     edit_threshold: float | None = opt(
         None,
-        "show next edits scoring at least this (0-1; default: the checkpoint's selectivity_threshold)",
+        "show next edits, in-file and cross-file alike, scoring at least this (0-1; default: the "
+        "checkpoint's in_file_threshold and cross_file_threshold)",
         metavar="X",
         group=REQUESTS,
     )

@@ -25,7 +25,7 @@ class Served:
     scheduler: Scheduler
     metrics: Metrics
     limits: Limits
-    thresholds: dict[str, float]  # the threshold in force per kind ("fim", "edit")
+    thresholds: dict[str, float]  # the threshold in force per kind ("fim", "in_file", "cross_file")
     created: int  # when the model was loaded (the model cards' ``created``)
 
     @property

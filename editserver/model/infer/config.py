@@ -2,8 +2,10 @@
 
 Design decisions:
 - ``ModelConfig`` holds only what shapes the weights; ``InferenceConfig`` holds what the sampler and
-  the server read at run time (effort presets, selectivity threshold). Both are saved together in the
-  checkpoint's ``config.json`` so a checkpoint carries the threshold the replay harness tuned for it.
+  the server read at run time (effort presets, selectivity thresholds). Both are saved together in the
+  checkpoint's ``config.json`` so a checkpoint carries the thresholds the replay harness tuned for it.
+- Next edit has a threshold per kind (in-file, cross-file) beside the joint one; a config without
+  them (written before they existed) reads both as the joint one, so old checkpoints serve as before.
 - ``rope_theta = 1e6`` (Qwen2's value) keeps the slowest rotary frequency's wavelength
   (2*pi*theta^((d-2)/d) ~ 5e6 positions for d=64) far above the 32,768-token window, so positions stay
   distinguishable across the whole context.
@@ -139,7 +141,13 @@ class InferenceConfig:
     # checkpoints continued the canvas after the prompt
     edit_canvas_at_region: bool = False
     score_aggregate: str = "mean"  # how per-token confidences become one suggestion score
-    selectivity_threshold: float = 0.0  # edits scoring below this are suppressed (tuned by replay)
+    # Next edits scoring below their kind's threshold are suppressed (tuned by replay). The joint one
+    # was tuned over both kinds together; the in-file (the edited file) and cross-file (a file that
+    # follows the change) ones each over their own points, since the two kinds' scores mean
+    # different things. None (configs from before them): the joint one (``edit_threshold``).
+    selectivity_threshold: float = 0.0
+    in_file_threshold: float | None = None
+    cross_file_threshold: float | None = None
     fim_threshold: float = 0.0  # FIM completions scoring below this are not shown (tuned by replay)
     # Shorter canvases also decoded for a single-line FIM request (one whose stop sequences include
     # "\n"), in the same batch; the answer with the highest summed log-confidence wins (model/infer/engine.py).
@@ -150,6 +158,11 @@ class InferenceConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         return d
+
+    def edit_threshold(self, cross_file: bool = False) -> float:
+        """The next-edit threshold of a region in the edited file, or in another file (``cross_file``)."""
+        own = self.cross_file_threshold if cross_file else self.in_file_threshold
+        return self.selectivity_threshold if own is None else own
 
     @classmethod
     def from_dict(cls, d: dict) -> InferenceConfig:

@@ -58,7 +58,8 @@ Design decisions:
   requests keep no budget (a 32-token block of code in 4 steps would be 8 tokens a step, far past
   what one line's measurements cover), so they plan, and batch, apart.
 - Edit completions carry a score (aggregate of the per-token confidences, model/infer/scoring.py) and
-  whether it clears the checkpoint's selectivity threshold; an answer equal to the region, or one
+  whether it clears the checkpoint's threshold for its kind (in-file, or cross-file when the request
+  says ``cross_file``: config.py ``edit_threshold``); an answer equal to the region, or one
   that moves only its layout (model/infer/scoring.py ``layout_only``), is reported as ``unchanged``.
 - FIM completions carry the same score and whether it clears the checkpoint's ``fim_threshold``. A
   blank answer (nothing, or only whitespace) proposes nothing, so it never counts as above the
@@ -375,9 +376,11 @@ class Engine:
                 c.text = self.layout.answer(c.text, p.region)
                 c.region = p.region
                 c.unchanged = c.text == p.region or layout_only(p.region, c.text)
-                c.above_threshold = (not c.unchanged) and c.score >= self.inference.selectivity_threshold
+                c.threshold = self.inference.edit_threshold(r.cross_file)
+                c.above_threshold = (not c.unchanged) and c.score >= c.threshold
             else:
-                c.above_threshold = bool(c.text.strip()) and c.score >= self.inference.fim_threshold
+                c.threshold = self.inference.fim_threshold
+                c.above_threshold = bool(c.text.strip()) and c.score >= c.threshold
             out.append(c)
         return out
 

@@ -47,6 +47,8 @@ class EditRequest:
     max_tokens: int | None = None
     options: SamplingOptions = field(default_factory=SamplingOptions)
     cursor_index: int | None = None  # which <|cursor|> of the region is the cursor (protocol/prompt.py)
+    # the region lies in another file than the one edited: the cross-file threshold decides (config.py)
+    cross_file: bool = False
 
 
 @dataclass
@@ -64,8 +66,9 @@ class Completion:
     region: str | None = None  # the editable region as sent (without the cursor tag)
     unchanged: bool = False
     # FIM: a non-blank answer scoring at least ``fim_threshold``; next edit: a changed rewrite
-    # scoring at least ``selectivity_threshold``
+    # scoring at least its kind's threshold (``InferenceConfig.edit_threshold``)
     above_threshold: bool = True
+    threshold: float | None = None  # the threshold ``above_threshold`` was decided against
     # what ``score`` aggregates: ``token_confidences`` plus the decision to stop there (``_scored``)
     scored_confidences: list[float] = field(default_factory=list)
     # the stop sequence the text was cut at; None when the answer ended at end-of-text or the canvas
