@@ -22,6 +22,9 @@ Design decisions:
   LSP will really do; status-bar clients get ``editserver/status`` on every state change.
 - Slow answers are cut by a per-call timeout (the FIM one is short); repeated timeouts produce one
   "slow" message, then stay quiet until a call succeeds again.
+- The model's limits: each time the server turns ready, its ``/v1/models`` card is read before
+  any request goes out (``context_length``, ``window``, ``max_output_length``), and its tokenizer
+  afterwards, in the background; prompts are budgeted against them (lsp/budget.py).
 - Withheld completions: each FIM answer's ``editserver`` field says its outcome and the threshold in
   force; answers withheld below the threshold in the last minute are counted for the status line.
 """
@@ -29,6 +32,7 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -44,6 +48,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from editserver.lsp.budget import DEFAULT_LIMITS, Limits, read_limits, read_tokenizer
 from editserver.protocol.prompt import parse_edit_response
 
 log = logging.getLogger(__name__)
@@ -143,6 +148,8 @@ class ModelClient:
         self._http = httpx.AsyncClient(timeout=10.0, trust_env=False)
         self._recovery: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
+        self.limits: Limits = DEFAULT_LIMITS  # the served model's (lsp/budget.py); read when ready
+        self._learning: asyncio.Task | None = None
         self._outage_told = False
         self._timeouts = 0
         self._slow_told = False
@@ -176,6 +183,7 @@ class ModelClient:
     async def start(self) -> None:
         """Find (or start) the server; never raises. Runs the wait in the background."""
         if await self.health():
+            await self._learn()
             self._set_state(READY)
             return
         if self.autostart and self._local():
@@ -184,6 +192,19 @@ class ModelClient:
         else:
             self._down(f"editserver: no answer at {self.server_url}; retrying")
         self._ensure_recovery()
+
+    async def _learn(self) -> None:
+        """The served model's limits, read before the state turns ready (no prompt may go out over
+        them); its tokenizer after, in the background (until then prompts are counted in bytes)."""
+        self.limits = await read_limits(self._http, self.server_url, MODEL_NAME)
+        if self._learning is not None:
+            self._learning.cancel()
+        self._learning = asyncio.ensure_future(self._learn_tokenizer(self.limits))
+
+    async def _learn_tokenizer(self, limits: Limits) -> None:
+        tok = await read_tokenizer(self._http, self.server_url)
+        if tok is not None and self.limits is limits:  # not a server that came after
+            self.limits = dataclasses.replace(limits, tokenizer=tok)
 
     def _local(self) -> bool:
         host = urlparse(self.server_url).hostname or ""
@@ -233,6 +254,7 @@ class ModelClient:
             if await self.health():
                 was_down = self._outage_told
                 self._outage_told = False
+                await self._learn()  # a server started again may serve another model
                 self._set_state(READY, f"editserver is ready at {self.server_url}")
                 if was_down:
                     self._tell(3, "editserver: model server is back")
@@ -331,13 +353,17 @@ class ModelClient:
             log.warning("FIM reply without choices[0].text: %s", str(res)[:300])
             return None
 
-    async def edit(self, prompt: str, timeout_s: float, cursor_index: int = 0) -> EditAnswer | None:
+    async def edit(
+        self, prompt: str, timeout_s: float, cursor_index: int = 0, cross_file: bool = False
+    ) -> EditAnswer | None:
         """``cursor_index``: which ``<|cursor|>`` of the region is the cursor, so a file whose text
-        spells the tag is asked like any other (protocol/prompt.py)."""
+        spells the tag is asked like any other (protocol/prompt.py). ``cross_file``: the region is in
+        another file than the one edited, so the server holds it to its cross-file threshold."""
         body = {
             "model": MODEL_NAME,
             "messages": [{"role": "user", "content": prompt}],
             "cursor_index": cursor_index,
+            "edit_kind": "cross_file" if cross_file else "in_file",
         }
         res = await self._post("/v1/edit/completions", body, timeout_s)
         if not res:
@@ -351,7 +377,7 @@ class ModelClient:
         return EditAnswer(parse_edit_response(content or ""), score, above, res)
 
     async def close(self) -> None:
-        for task in (self._recovery, self._watcher):
+        for task in (self._recovery, self._watcher, self._learning):
             if task is not None:
                 task.cancel()
         await self._http.aclose()
@@ -384,4 +410,8 @@ class ModelClient:
             "withheld": self.withheld(),
             "withheldWindowS": WITHHELD_WINDOW_S,
             "fimThreshold": self.fim_threshold,
+            # what prompts are budgeted against (lsp/budget.py); exactTokens: the served tokenizer counts
+            "contextLength": self.limits.context_length,
+            "window": self.limits.window,
+            "exactTokens": self.limits.tokenizer is not None,
         }

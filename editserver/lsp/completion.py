@@ -3,7 +3,10 @@
 Design decisions:
 - Prefix and suffix are cut at line boundaries within character budgets; definitions of identifiers
   near the cursor, found in *other* open documents, are prepended to the prefix as a comment block in
-  the file's language (so the prefix stays valid code for the model).
+  the file's language (so the prefix stays valid code for the model). Characters do not bound
+  tokens (an emoji costs 3), so the two are then held within the model's context less the canvas,
+  counted in bytes, else in the served tokenizer's tokens (lsp/budget.py ``fit_fim``); the window is
+  the server's to cut, as it does exactly.
 - Post-processing is protocol/postprocess.py, the same rules the HTTP server applies to every FIM
   answer (so Zed or curl get what the editor shows); here it runs again with the file's indentation
   style, which only the LSP knows. The rules are idempotent, so the double pass changes nothing else.
@@ -22,6 +25,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from editserver.lsp.budget import fit_fim
 from editserver.lsp.context import definitions_for, grammar_name
 from editserver.lsp.documents import Document
 from editserver.protocol.postprocess import indent_style, multiline_allowed, postprocess
@@ -154,6 +158,7 @@ async def answer(
     multi = multiline_allowed(line_prefix, suffix.split("\n", 1)[0], grammar)
     stop = ["\n\n\n"] if multi else ["\n"]
     max_tokens = s.fim_max_tokens if multi else s.fim_line_max_tokens
+    model_prefix, model_suffix = fit_fim(model_prefix, model_suffix, max_tokens, ls.client.limits)
     raw = await ls.client.fim(
         model_prefix,
         model_suffix,

@@ -10,6 +10,11 @@ Design decisions:
   each side, the part nearest the region kept): a file of very long lines would otherwise send a
   prompt far past any model's window and past the server's body limit. A region longer than
   ``REGION_CHARS`` is not asked about at all: its rewrite could not fit an answer either.
+- Characters do not bound tokens (an emoji costs 3, and the history and snippets are text too), so
+  the prompt is then held to the model's own limits in its tokens (lsp/budget.py: bytes first, the
+  served tokenizer when bytes are over): cut to its window as the server cuts, always within its
+  context, the farthest parts dropped first. A region over the context on its own is not asked about
+  (``build_region_prompt`` returns None), as the server would refuse it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from editserver.lsp.budget import DEFAULT_LIMITS, Limits, fit_edit_prompt
 from editserver.lsp.context import Region
 from editserver.lsp.documents import Document
 from editserver.protocol.prompt import EditPrompt, Snippet, build_prompt
@@ -52,8 +58,11 @@ def build_region_prompt(
     snippets: list[Snippet],
     history: str,
     context_lines: int,
-) -> tuple[str, int, str]:
-    """(prompt, region start offset, region text) for one region; ``cursor`` is a document offset."""
+    limits: Limits = DEFAULT_LIMITS,
+) -> tuple[str, int, str] | None:
+    """(prompt, region start offset, region text) for one region, the prompt within the model's
+    ``limits`` (lsp/budget.py); None when even the region alone is over them. ``cursor`` is a
+    document offset."""
     start, end = region_offsets(doc, region)
     above_start, _ = doc.line_bounds(max(0, region.first_line - context_lines))
     below_last = min(doc.line_count - 1, region.last_line + context_lines)
@@ -68,7 +77,8 @@ def build_region_prompt(
         snippets=snippets,
         history=history,
     )
-    return build_prompt(p), start, region_text
+    fitted = fit_edit_prompt(p, limits)
+    return None if fitted is None else (build_prompt(fitted), start, region_text)
 
 
 def region_too_long(doc: Document, region: Region) -> bool:

@@ -25,6 +25,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from editserver.protocol.prompt import EditPrompt, encode_prompt
+from editserver.protocol.tokens import min_tokens, text_only_json
 
 EOT = "<|endoftext|>"
 MASK = "<|mask|>"
@@ -53,18 +54,9 @@ SPECIAL_TOKENS = [EOT, MASK, FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE, FILE_SEP, REWRI
 
 
 def text_only(hf: HFTokenizer) -> HFTokenizer:
-    """``hf`` without its control tokens: the added tokens that are special or matched verbatim
-    (``normalized`` false: tags such as ``<|mask|>``, ``<|fim_middle|>``, ``<tool_call>``). Added
-    tokens that are ordinary text (normalized, not special: whitespace runs) stay. A string spelling
-    a control token is then split by the pre-tokenizer like any code (``<|``, ``mask``, ``|>``), and
-    BPE never merges across those pieces, so it cannot come back as the token."""
-    import json
-
-    spec = json.loads(hf.to_str())
-    spec["added_tokens"] = [
-        t for t in spec.get("added_tokens") or [] if t.get("normalized") and not t.get("special")
-    ]
-    return HFTokenizer.from_str(json.dumps(spec))
+    """``hf`` without its control tokens (protocol/tokens.py ``text_only_json``: the view a client
+    without the model counts with too)."""
+    return HFTokenizer.from_str(text_only_json(hf.to_str()))
 
 
 class Tokenizer:
@@ -100,16 +92,8 @@ class Tokenizer:
 
     @staticmethod
     def min_tokens(text: str) -> int:
-        """A lower bound on ``len(encode(text))`` that costs a split, not an encode (about 1/50 of one).
-
-        Why it holds: the byte-level pre-tokenizer's pieces (GPT-2's pattern: `` ?\\p{L}+``,
-        `` ?\\p{N}+``, `` ?[^\\s\\p{L}\\p{N}]+``, contractions, whitespace runs) each hold at most one
-        run of non-whitespace characters, and BPE never merges across pieces; so every maximal
-        non-whitespace run costs at least one token. ``bytes.split()`` splits on ASCII whitespace
-        only, a subset of the pattern's ``\\s``, so its runs are never more than the pattern's
-        (``str.split`` would also split on U+001C-U+001F, which the pattern does not). Special tokens
-        only add splits."""
-        return len(text.encode("utf-8", "surrogatepass").split())
+        """A lower bound on ``len(encode(text))`` that costs a split (protocol/tokens.py)."""
+        return min_tokens(text)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.plain.encode_batch(texts, add_special_tokens=False)]
