@@ -140,6 +140,8 @@ def register_next_edit(ls: EditLanguageServer, inline_accepted: str) -> None:
         sug = await suggest_edits(ls, params, COPILOT_INLINE_EDIT)
         sid, doc, version, kept = sug.id, sug.doc, sug.version, sug.kept
         out = []
+        # editIndex counts as the nextEdit reply's flat edits do (what telemetry maps to a region):
+        # rank puts the edited file's regions first, so its edits have the same indices in both
         for r in kept:
             if r.uri != doc.uri:
                 continue  # Copilot's shape is one document's edits

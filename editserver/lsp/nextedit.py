@@ -9,11 +9,13 @@ Design decisions:
   model only when the edits since the document's previous request could propagate: an identifier
   or a literal substituted, or a definition header edited (``gate``); otherwise it answers at once
   with ``skipped``. An explicit request always asks.
-- Which regions, best first: the uses of the renamed name (tree-sitter identifier nodes, never
-  strings or comments), nearest the edit first, each a few lines; then call sites of an edited
-  definition; then, unless the edit was a plain rename, the cursor's own 10-25 line region; then,
-  when the name is visible outside the file, its uses in the files that import it
-  (lsp/crossfile.py), direct importers first. Small use regions with a short context
+- Which regions, best first: the uses of the renamed name (tree-sitter identifier nodes in code:
+  inside f-string and template literal interpolations too, never in plain strings or comments;
+  ``context.code_identifiers``), nearest the edit first, each a few lines, the prompt's cursor on
+  the first use in it (``context.first_use``); then call sites of an edited definition; then,
+  unless the edit was a plain rename, the cursor's own 10-25 line region; then, when the name is
+  visible outside the file, its uses in the files that import it (lsp/crossfile.py), direct
+  importers first. Small use regions with a short context
   (``candidate_context_lines``) decode as one batch on the server (its scheduler batches equal
   decode plans), so the first one comes back quickly.
 - Streaming: the best region's request goes first, alone (a 20 ms head start, so the server's
@@ -48,17 +50,17 @@ from editserver.lsp.context import (
     Region,
     candidate_regions,
     definitions_for,
+    first_use,
     node_name,
     snap_region,
 )
-from editserver.lsp.crossfile import first_use, followed_names, plan_other_files
+from editserver.lsp.crossfile import followed_names, plan_other_files
 from editserver.lsp.documents import Document
 from editserver.lsp.edits import (
     RangeEdit,
     _normalise,
     build_region_prompt,
     minimal_edits,
-    region_offsets,
     region_too_long,
 )
 from editserver.lsp.history import propagation
@@ -124,13 +126,6 @@ class Plan:
     later: Callable[[], Awaitable[list[Ask]]] | None = None  # other files', nearest first
 
 
-def _first_occurrence(doc: Document, region: Region, names: set[str]) -> int:
-    start, end = region_offsets(doc, region)
-    text = doc.text[start:end]
-    hits = [text.find(n) for n in names if text.find(n) >= 0]
-    return start + (min(hits) if hits else 0)
-
-
 def rank(results: list[RegionResult]) -> list[RegionResult]:
     """Kept results (cleared the threshold, changed something, passed ``vet``): the edited file's
     best score first, then other files nearest in the import graph first, in file order."""
@@ -175,6 +170,8 @@ def _damage(root) -> tuple[int, int]:
             errors += 1
         if node.type in ("block", "statement_block") and node.named_child_count == 0:
             empty += 1
+        # a string without errors holds neither errors nor blocks (an f-string's interpolation is an
+        # expression), so only a damaged one is entered; uses are another walk (code_identifiers)
         if node.has_error or node.type not in ("identifier", "string", "comment"):
             stack.extend(node.children)
     return errors, empty
@@ -227,7 +224,7 @@ def plan_in_file(
             if len(out) >= s.max_candidates:
                 break
             taken.append(r)
-            out.append((Region(r.first_line, r.last_line, reason), _first_occurrence(doc, r, names)))
+            out.append((Region(r.first_line, r.last_line, reason), first_use(doc, parsed, r, names)))
     if include_cursor or not out:
         line, _ = doc.position_at(cursor)
         main = snap_region(doc, parsed, line, s.region_min_lines, s.region_max_lines)
@@ -306,7 +303,7 @@ def _other_files(ls: EditLanguageServer, doc: Document, removed: set[str], added
         out = []
         for f in plan_other_files(ls, doc, followed_names(ls, doc, set(removed), set(added), called)):
             for r in f.regions:
-                at = first_use(f.doc, r, f.keys)
+                at = first_use(f.doc, f.parsed, r, f.keys)
                 ctx = ls.settings.candidate_context_lines
                 out.append(Ask(f.doc, f.parsed, f.path, r, at, ctx, [], f.distance, f.version))
         return out
@@ -318,10 +315,14 @@ def _other_files(ls: EditLanguageServer, doc: Document, removed: set[str], added
 async def _ask_one(client: ModelClient, ask: Ask, history: str, timeout_s: float) -> RegionResult | None:
     if region_too_long(ask.doc, ask.region):
         return None  # no answer could hold its rewrite (edits.REGION_CHARS)
-    prompt, start, original = build_region_prompt(
-        ask.doc, ask.path, ask.region, ask.at, ask.snippets, history, ask.context_lines
+    built = build_region_prompt(
+        ask.doc, ask.path, ask.region, ask.at, ask.snippets, history, ask.context_lines, client.limits
     )
-    ans = await client.edit(prompt, timeout_s, cursor_index(original, ask.at - start))
+    if built is None:
+        return None  # the region alone is over the model's context: the server would refuse it
+    prompt, start, original = built
+    # another file's region is held to the server's cross-file threshold
+    ans = await client.edit(prompt, timeout_s, cursor_index(original, ask.at - start), ask.distance > 0)
     if ans is None:
         return None
     rewritten = None if ans.region is None else _normalise(drop_cursor_tags(ans.region, original), original)
@@ -412,6 +413,7 @@ def reply(
                     "region": [r.region.first_line, r.region.last_line],
                     "rewritten": r.rewritten,
                     "score": r.score,
+                    "edits": len(r.edits),  # maps a didAccept's editIndex to its region (telemetry_log)
                 }
                 for r in kept
             ],
@@ -448,13 +450,16 @@ async def suggest(
 
 
 def region_info(r: RegionResult, kept: list[RegionResult]) -> dict:
-    """Diagnostic summary of one asked region (the nextEdit reply's ``regions``)."""
+    """Diagnostic summary of one asked region (the nextEdit reply's ``regions``); ``cursor`` is where
+    its prompt put ``<|cursor|>`` (for a use region: the use)."""
+    line, character = r.ask.doc.position_at(r.ask.at)
     return {
         "uri": r.uri,
         "range": {
             "start": {"line": r.region.first_line, "character": 0},
             "end": {"line": r.region.last_line + 1, "character": 0},
         },
+        "cursor": {"line": line, "character": character},
         "reason": r.region.reason,
         "distance": r.ask.distance,
         "score": r.score,

@@ -48,11 +48,10 @@ from editserver.lsp.context import ParsedDocument, grammar_name
 from editserver.lsp.documents import UTF8, UTF16, UTF32, DocumentStore
 from editserver.lsp.edit_requests import register_next_edit
 from editserver.lsp.history import EditHistory, RecentlyViewed
-from editserver.lsp.nextedit import Suggestion
 from editserver.lsp.privacy import Exclusions
 from editserver.lsp.settings import Settings, parse_settings, settings_from_change
 from editserver.lsp.telemetry import Telemetry, register_telemetry
-from editserver.lsp.workspace import register_workspace, start_index, workspace_roots
+from editserver.lsp.workspace import Offered, register_workspace, start_index, workspace_roots
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ class EditLanguageServer(LanguageServer):
         self.roots: list[str] = []  # workspace folders (lsp/workspace.py)
         self.index: Any = None  # the workspace symbol index, once initialized (lsp/index.py)
         self.index_task: asyncio.Task | None = None
-        self.suggestions: OrderedDict[str, Suggestion] = OrderedDict()  # for editserver/applyEdits
+        self.suggestions: OrderedDict[str, Offered] = OrderedDict()  # for editserver/applyEdits
         self.log_file: str | None = None  # the LSP's own debug log (--log-file), for editserver/info
 
     # ---- settings and status -------------------------------------------------------------------
