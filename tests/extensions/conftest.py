@@ -10,7 +10,9 @@ Design decisions:
   would); ``set nomore`` keeps a long message from blocking RPC at a --More-- prompt.
 - Waiting is polling with a deadline (``Nvim.wait``), never a fixed sleep.
 - Telemetry goes to a per-test SQLite file, which is how the tests see that the clients' didShow /
-  didAccept / didReject notifications reached the language server.
+  didAccept / didReject notifications reached the language server, and that they name the
+  suggestion row the server wrote (``Telemetry.assert_next_edits_joined``, after the rename tests'
+  Tabs): the ids an editor sees are the ids the acceptance figures join on.
 """
 
 from __future__ import annotations
@@ -192,6 +194,47 @@ class Telemetry:
 
     def suggestions(self, kind: str) -> list[tuple]:
         return self.rows("SELECT id, suggestion FROM suggestions WHERE kind = ? ORDER BY created", kind)
+
+    def unjoined(self, after: int = 0) -> list[tuple]:
+        """(suggestion_id, event) of each accept after event ``after`` with no suggestion row: an edit
+        the user took that the acceptance figures and the KTO export can never attribute. Shows are
+        not held to this: a request's row is written with its final reply, so a show of its streamed
+        partials has none while it runs, nor ever once a keystroke supersedes it; a suggestion is
+        only accepted once complete (the clients wait for the final reply, the server applies other
+        files' edits only for a kept reply)."""
+        return self.rows(
+            "SELECT e.suggestion_id, e.event FROM events e LEFT JOIN suggestions s ON s.id = e.suggestion_id"
+            " WHERE s.id IS NULL AND e.event = 'accept' AND e.id > ? ORDER BY e.id",
+            after,
+        )
+
+    def joined(self, kind: str, event: str) -> set[str]:
+        """The ids of ``kind`` suggestions that have at least one ``event`` row."""
+        sql = "SELECT DISTINCT s.id FROM suggestions s JOIN events e ON e.suggestion_id = s.id"
+        return {r[0] for r in self.rows(sql + " WHERE s.kind = ? AND e.event = ?", kind, event)}
+
+    def last_event(self) -> int:
+        """The newest event row's id (0 when none): a test's own events come after it."""
+        return (self.rows("SELECT max(id) FROM events") or [(None,)])[0][0] or 0
+
+    def next_edit_accepts(self, after: int = 0) -> set[str]:
+        """The ids that accept events after event ``after`` name, less FIM suggestions': the next
+        edits taken, found from the events alone, so an id with no suggestion row is counted too."""
+        sql = (
+            "SELECT DISTINCT suggestion_id FROM events WHERE event = 'accept' AND id > ?"
+            " AND suggestion_id NOT IN (SELECT id FROM suggestions WHERE kind = 'fim')"
+        )
+        return {r[0] for r in self.rows(sql, after)}
+
+    def assert_next_edits_joined(self, reply_ids: set[str], after: int = 0) -> None:
+        """The next-edit replies the editor acted on (``reply_ids``) are suggestion rows of kind
+        next_edit with their show and accept events, and no accept after event ``after`` lacks its
+        suggestion row. Before the fix of 7b03797 the reply (so didShow, didAccept and the server's
+        own accept for another file's edits) carried one id and the row another."""
+        assert reply_ids, "the editor got no next-edit reply"
+        assert not self.unjoined(after), f"accepts with no suggestion row: {self.unjoined(after)}"
+        assert reply_ids <= self.joined("next_edit", "show"), (reply_ids, self.events())
+        assert reply_ids <= self.joined("next_edit", "accept"), (reply_ids, self.events())
 
 
 class Nvim:

@@ -360,6 +360,7 @@ def test_rename_then_next_edit_elsewhere_shipped(nvim_factory, shipped_server, t
         expected,
     )
     wait_until(lambda: [e for e in tel.events(cur["id"]) if e[1] == "accept"], 10, "didAccept")
+    tel.assert_next_edits_joined({cur["id"]})  # the shown reply's id is its telemetry row's
     # What the edit says depends on the model; a good one carries the rename to the other uses.
     assert any("size" in line for line in n.lines()[1:]), "the model did not propagate the rename"
 

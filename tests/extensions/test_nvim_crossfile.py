@@ -2,6 +2,8 @@
 (editserver/bench/index.py): the hint "N more in M files", the quickfix list, Tab into the next file
 (applied by the language server through workspace/applyEdit), and a request at once on leaving
 insert mode. The rename's content needs the shipped model (slow); the plumbing runs on the tiny one.
+After the Tabs, the telemetry file joins: the reply's id is a next_edit suggestion row with its show
+and accepts, and no accept lacks its row.
 """
 
 from __future__ import annotations
@@ -136,3 +138,6 @@ def test_rename_then_tab_carries_it_into_the_importing_files(nvim_factory, shipp
     for rel in NOT_USES:
         assert (root / rel).read_text() == FILES[rel]
     wait_until(lambda: [e for e in tel.events(last["id"]) if e[1] == "accept"], 10, "didAccept")
+    # the reply's id is the telemetry row's: didShow, the in-file didAccepts and the server's own
+    # accepts for the other files' edits all join the next_edit suggestion
+    tel.assert_next_edits_joined({last["id"]})

@@ -7,7 +7,8 @@ next-edit marks at the other uses and Tab applies them; a rename used in other f
 in M files" and Tab carries it into each of them; an excluded file (``.env``) gets nothing and the
 status bar says why. Assertions read the editor's state from the page (rendered lines, ghost text,
 decorations, status bar) and the files the editor saved; the telemetry file shows the extension's
-notifications reached the language server.
+notifications reached the language server, and after each rename's Tabs that they join: each
+next edit accepted is a next_edit suggestion row with its show, and no accept lacks its row.
 
 Design decisions:
 - One code-server, one browser page and one model server for the module (starting them is most
@@ -87,6 +88,7 @@ def editor(vsix, model_server, tmp_path_factory) -> Iterator[Editor]:
         "editserver.executablePath": str(VENV_BIN / "editserver"),
         "editserver.debounceMs": 30,
         "editserver.telemetry.path": str(telemetry),
+        "editserver.telemetry.keepPrompts": True,  # the rows as align exports them: text kept
     }
     server = CodeServer(home, vsix, root, settings)
     pw = sync_playwright().start()
@@ -157,6 +159,7 @@ def drawn_for(editor: Editor, name: str) -> list[list[str]]:
 @pytest.mark.slow
 def test_rename_shows_next_edit_marks_and_tab_applies_them(editor):
     ready(editor, "geometry.py")
+    seen = editor.telemetry.last_event()  # the module's editor shares one telemetry file
     editor.go_to(1, 10)  # `width` in `def area(width, height)`
     editor.press("Control+d")  # select the word
     editor.type("size")
@@ -167,6 +170,11 @@ def test_rename_shows_next_edit_marks_and_tab_applies_them(editor):
     for _ in range(20):  # Tab jumps to an edit, Tab again applies it, until none is left
         if not marks(editor):
             break
+        # ghost text takes Tab first, and with --fim-threshold 0 it follows the typed name a moment
+        # after the marks: let it settle, then Esc hides it
+        if stable(editor.ghost) or editor.ghost():
+            editor.press("Escape")
+            editor.wait(lambda: not editor.ghost(), 10, "Esc to hide the inline suggestion")
         before = (editor.lines(), editor.selection_text())
         editor.press("Tab")
         editor.wait(
@@ -179,10 +187,13 @@ def test_rename_shows_next_edit_marks_and_tab_applies_them(editor):
     assert any(re.search(r"\bsize\b", line) for line in lines[1:]), lines
     editor.save()
     assert (editor.root / "geometry.py").read_text() == "\n".join(lines)
+    taken = editor.wait(lambda: editor.telemetry.next_edit_accepts(seen), 10, "didAccept in telemetry")
+    editor.telemetry.assert_next_edits_joined(taken, seen)
 
 
 def test_rename_used_in_other_files_is_carried_into_them(editor):
     ready(editor, PRICING)
+    seen = editor.telemetry.last_event()
     editor.go_to(4, 5)  # `compute` in `def compute(items, tax)`
     editor.press("Control+d")
     editor.type("compute_total")
@@ -218,6 +229,9 @@ def test_rename_used_in_other_files_is_carried_into_them(editor):
         )
     for rel in NOT_USES:
         assert (editor.root / rel).read_text() == FILES[rel]
+    # the in-file didAccepts and the language server's own accepts for the other files' edits
+    taken = editor.wait(lambda: editor.telemetry.next_edit_accepts(seen), 10, "accepts in telemetry")
+    editor.telemetry.assert_next_edits_joined(taken, seen)
 
 
 def test_excluded_env_file_gets_nothing_and_the_status_says_why(editor):
