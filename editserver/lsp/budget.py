@@ -4,7 +4,7 @@ Design decisions:
 - The limits are the server's own: ``/v1/models`` reports ``context_length`` (a request over it is
   refused: 400 ``context_length_exceeded``, and the user gets nothing), ``window`` (the prompt
   tokens the model reads) and ``max_output_length`` (the longest canvas). The client reads them
-  each time the server turns ready, before any request goes out (lsp/client.py); a server that does
+  each time the server turns ready, before any request goes out (lsp/model_client.py); a server that does
   not say gets ``DEFAULT_LIMITS``, the 32K context the API documents.
 - Counting: UTF-8 bytes first, the model's tokenizer only when the bytes are over budget. Every
   tokenizer served is byte-level BPE (ours and the open families': their alphabet is the 256 bytes
@@ -14,7 +14,7 @@ Design decisions:
   token a byte, can never slip past it (a tokenizer that could spend more tokens than bytes
   would break this; none of the families served can). It over-counts ASCII code 3-4 times, but a 32K context
   holds 32 KB, more than the LSP's usual prompt (its context is clipped to characters too,
-  lsp/edits.py), so only unusual prompts are encoded. Those are counted exactly with the served
+  lsp/rewrite.py), so only unusual prompts are encoded. Those are counted exactly with the served
   tokenizer when the server offers it (``GET /v1/tokenizer``: our own family's tokenizer.json,
   fetched once per readiness in the background and loaded with the ``tokenizers`` library, no
   torch); until then, or for a family that offers none, the byte bound decides, cutting more than

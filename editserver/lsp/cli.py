@@ -55,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             server.start_io()
     finally:
-        if server.client is not None:
-            server.client.stop_child()
+        if server.model is not None:
+            server.model.stop_child()
     return 0
 
 

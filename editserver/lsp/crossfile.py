@@ -12,7 +12,7 @@ Design decisions:
   text on disk (re-indexed first if it moved). Its uses come from a parse of that text (the index's
   own walk: interpolations in f-strings and template literals count, plain strings and comments
   never), each snapped to the statement around it (at most ``candidate_max_lines``), as in-file
-  uses are; the prompt's cursor is the first use in the region (``context.first_use``).
+  uses are; the prompt's cursor is the first use in the region (``treesitter.first_use``).
 - A plan is bounded: ``cross_file_max_regions`` regions over at most ``cross_file_max_files``
   files, so a rename of a name used everywhere costs a couple of batches, not thousands.
 """
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 from pygls.uris import from_fs_path, to_fs_path
 
-from editserver.lsp.context import ParsedDocument, Region, grammar_name, regions_at
 from editserver.lsp.documents import Document
 from editserver.lsp.privacy import match
 from editserver.lsp.symbols import _uses, extract
+from editserver.lsp.treesitter import ParsedDocument, Region, grammar_name, regions_at
 
 if TYPE_CHECKING:
     from editserver.lsp.server import EditLanguageServer

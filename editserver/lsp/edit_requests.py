@@ -6,7 +6,7 @@ Design decisions:
 - Both requests share one path, ``suggest_edits``: validate the params (a clear LSP
   InvalidParams error for anything malformed), skip excluded files (nothing is sent), supersede the
   document's older in-flight request, ask, and remember the suggestion for ``editserver/applyEdits``
-  (lsp/workspace.py). Only the reply's shape differs.
+  (lsp/indexing.py). Only the reply's shape differs.
 - Custom methods keep their params as plain JSON dicts (lsp/server.py's converter), so validation
   is written here, against the JSON, not against generated types.
 - The nextEdit reply carries, beside the contract's ``{id, edits, score}``, a diagnostic ``regions``
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from pygls.exceptions import JsonRpcInvalidParams
 
+from editserver.lsp.indexing import remember
 from editserver.lsp.nextedit import Suggestion, region_info, suggest
-from editserver.lsp.workspace import remember
 
 if TYPE_CHECKING:
     from editserver.lsp.server import EditLanguageServer

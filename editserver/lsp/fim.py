@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from editserver.lsp.budget import fit_fim
-from editserver.lsp.context import definitions_for, grammar_name
 from editserver.lsp.documents import Document
+from editserver.lsp.treesitter import definitions_for, grammar_name
 from editserver.protocol.postprocess import indent_style, multiline_allowed, postprocess
 
 __all__ = ["indent_style", "multiline_allowed", "postprocess", "FimScheduler", "answer"]
@@ -158,8 +158,8 @@ async def answer(
     multi = multiline_allowed(line_prefix, suffix.split("\n", 1)[0], grammar)
     stop = ["\n\n\n"] if multi else ["\n"]
     max_tokens = s.fim_max_tokens if multi else s.fim_line_max_tokens
-    model_prefix, model_suffix = fit_fim(model_prefix, model_suffix, max_tokens, ls.client.limits)
-    raw = await ls.client.fim(
+    model_prefix, model_suffix = fit_fim(model_prefix, model_suffix, max_tokens, ls.model.limits)
+    raw = await ls.model.fim(
         model_prefix,
         model_suffix,
         max_tokens,

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pathspec
 
-from editserver.lsp.context import grammar_name
 from editserver.lsp.packages import go_package
 from editserver.lsp.symbols import extract, resolve
+from editserver.lsp.treesitter import grammar_name
 
 log = logging.getLogger(__name__)
 

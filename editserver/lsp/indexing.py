@@ -32,9 +32,9 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.uris import to_fs_path
 
-from editserver.lsp.context import _EXT
 from editserver.lsp.crossfile import fs_path
 from editserver.lsp.index import WorkspaceIndex
+from editserver.lsp.treesitter import _EXT
 
 if TYPE_CHECKING:
     from editserver.lsp.nextedit import Suggestion

@@ -11,8 +11,8 @@ Design decisions:
   with ``skipped``. An explicit request always asks.
 - Which regions, best first: the uses of the renamed name (tree-sitter identifier nodes in code:
   inside f-string and template literal interpolations too, never in plain strings or comments;
-  ``context.code_identifiers``), nearest the edit first, each a few lines, the prompt's cursor on
-  the first use in it (``context.first_use``); then call sites of an edited definition; then,
+  ``treesitter.code_identifiers``), nearest the edit first, each a few lines, the prompt's cursor on
+  the first use in it (``treesitter.first_use``); then call sites of an edited definition; then,
   unless the edit was a plain rename, the cursor's own 10-25 line region; then, when the name is
   visible outside the file, its uses in the files that import it (lsp/crossfile.py), direct
   importers first. Small use regions with a short context
@@ -30,7 +30,7 @@ Design decisions:
   around the region, the region with ``<|cursor|>`` (at the cursor, or at the use for candidates)
   and the coalesced edit history as unified diffs (which is how another file's region learns of
   the rename).
-- A rewritten region becomes minimal whole-token range edits (lsp/edits.py).
+- A rewritten region becomes minimal whole-token range edits (lsp/rewrite.py).
 - Selectivity: answers the server marks below its threshold, unchanged regions, rewrites that wipe
   the region and rewrites that turn a file that parsed into one with syntax errors (one full parse
   per answered region, never per keystroke) are dropped. The reply's ``score`` is the best kept
@@ -44,8 +44,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from editserver.lsp.client import READY, ModelClient
-from editserver.lsp.context import (
+from editserver.lsp.crossfile import followed_names, plan_other_files
+from editserver.lsp.documents import Document
+from editserver.lsp.history import propagation
+from editserver.lsp.model_client import READY, ModelClient
+from editserver.lsp.rewrite import (
+    RangeEdit,
+    _normalise,
+    build_region_prompt,
+    minimal_edits,
+    region_too_long,
+)
+from editserver.lsp.treesitter import (
     ParsedDocument,
     Region,
     candidate_regions,
@@ -54,16 +64,6 @@ from editserver.lsp.context import (
     node_name,
     snap_region,
 )
-from editserver.lsp.crossfile import followed_names, plan_other_files
-from editserver.lsp.documents import Document
-from editserver.lsp.edits import (
-    RangeEdit,
-    _normalise,
-    build_region_prompt,
-    minimal_edits,
-    region_too_long,
-)
-from editserver.lsp.history import propagation
 from editserver.protocol.prompt import Snippet, cursor_index, drop_cursor_tags
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ def _other_files(ls: EditLanguageServer, doc: Document, removed: set[str], added
 # ---- ask -----------------------------------------------------------------------------------------
 async def _ask_one(client: ModelClient, ask: Ask, history: str, timeout_s: float) -> RegionResult | None:
     if region_too_long(ask.doc, ask.region):
-        return None  # no answer could hold its rewrite (edits.REGION_CHARS)
+        return None  # no answer could hold its rewrite (rewrite.REGION_CHARS)
     built = build_region_prompt(
         ask.doc, ask.path, ask.region, ask.at, ask.snippets, history, ask.context_lines, client.limits
     )
@@ -342,7 +342,7 @@ async def ask(
 
     def start(a: Ask) -> asyncio.Future:
         a.seq, asked[0] = asked[0], asked[0] + 1
-        return asyncio.ensure_future(_ask_one(ls.client, a, p.history, timeout))
+        return asyncio.ensure_future(_ask_one(ls.model, a, p.history, timeout))
 
     first, rest = p.asks[:1], p.asks[1:]
     pending = {start(a) for a in first}
@@ -436,8 +436,8 @@ async def suggest(
     request could propagate (``gate``). ``sid`` is the request's one id (made by its handler): the
     telemetry row, the partial notifications, the reply and ``applyEdits`` all carry it."""
     if not ls.active(ls.settings.enable_next_edit, doc):
-        if ls.client is not None and ls.client.state != READY:
-            ls.client.nudge()
+        if ls.model is not None and ls.model.state != READY:
+            ls.model.nudge()
         return Suggestion(sid, doc, doc.version, skipped="not ready")
     version = doc.version
     ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, line)

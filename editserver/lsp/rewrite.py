@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 
 from editserver.lsp.budget import DEFAULT_LIMITS, Limits, fit_edit_prompt
-from editserver.lsp.context import Region
 from editserver.lsp.documents import Document
+from editserver.lsp.treesitter import Region
 from editserver.protocol.prompt import EditPrompt, Snippet, build_prompt
 
 _WORD = re.compile(r"\w")

@@ -42,16 +42,16 @@ from pygls.protocol import (
 from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
-from editserver.lsp import completion as fim
-from editserver.lsp.client import DISABLED, READY, ModelClient, short
-from editserver.lsp.context import ParsedDocument, grammar_name
+from editserver.lsp import fim
 from editserver.lsp.documents import UTF8, UTF16, UTF32, DocumentStore
 from editserver.lsp.edit_requests import register_next_edit
 from editserver.lsp.history import EditHistory, RecentlyViewed
+from editserver.lsp.indexing import Offered, register_workspace, start_index, workspace_roots
+from editserver.lsp.model_client import DISABLED, READY, ModelClient, short
 from editserver.lsp.privacy import Exclusions
 from editserver.lsp.settings import Settings, parse_settings, settings_from_change
 from editserver.lsp.telemetry import Telemetry, register_telemetry
-from editserver.lsp.workspace import Offered, register_workspace, start_index, workspace_roots
+from editserver.lsp.treesitter import ParsedDocument, grammar_name
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +96,12 @@ class EditLanguageServer(LanguageServer):
         self.fim = fim.FimScheduler()
         self.telemetry = Telemetry(None, enabled=False, warn=self._warn)
         self.excluded = Exclusions()  # open documents that excludeFiles keeps out
-        self.client: ModelClient | None = None
+        self.model: ModelClient | None = None
         self.next_inflight: dict[str, asyncio.Task] = {}
         self.next_marker: dict[str, tuple] = {}  # per document: the edit history seen by its last request
         self.pending_warnings: list[str] = []
         self.root = ""
-        self.roots: list[str] = []  # workspace folders (lsp/workspace.py)
+        self.roots: list[str] = []  # workspace folders (lsp/indexing.py)
         self.index: Any = None  # the workspace symbol index, once initialized (lsp/index.py)
         self.index_task: asyncio.Task | None = None
         self.suggestions: OrderedDict[str, Offered] = OrderedDict()  # for editserver/applyEdits
@@ -125,15 +125,15 @@ class EditLanguageServer(LanguageServer):
         if settings.excluded_patterns != old.excluded_patterns:
             for uri in list(self.docs.docs):
                 self.check_excluded(uri)
-        if not initial and self.client is not None:
+        if not initial and self.model is not None:
             if settings.server_url != old.server_url or settings.autostart != old.autostart:
-                asyncio.ensure_future(self._restart_client())
+                asyncio.ensure_future(self._restart_model())
             self.send_status()
         return warnings
 
     def _warn(self, message: str) -> None:
         """A warning from telemetry: shown at once, or after ``initialized`` if it comes earlier."""
-        if self.client is None:
+        if self.model is None:
             self.pending_warnings.append(message)
         else:
             self.show(2, message)
@@ -151,13 +151,13 @@ class EditLanguageServer(LanguageServer):
             self.viewed.forget(uri)
         return pattern
 
-    async def _restart_client(self) -> None:
-        if self.client is not None:
-            await self.client.close()
-        self.client = self._make_client()
-        await self.client.start()
+    async def _restart_model(self) -> None:
+        if self.model is not None:
+            await self.model.close()
+        self.model = self._make_model()
+        await self.model.start()
 
-    def _make_client(self) -> ModelClient:
+    def _make_model(self) -> ModelClient:
         return ModelClient(
             self.settings.server_url,
             self.settings.autostart,
@@ -176,20 +176,20 @@ class EditLanguageServer(LanguageServer):
     def send_status(self, message: str | None = None) -> None:
         if not (self.settings.enable_fim or self.settings.enable_next_edit):
             state, latency = DISABLED, None
-        elif self.client is None:
+        elif self.model is None:
             return
         else:
-            state, latency = self.client.state, self.client.last_latency_ms
+            state, latency = self.model.state, self.model.last_latency_ms
         payload: dict[str, Any] = {"state": state}
         if message:
             payload["message"] = message
         if latency is not None:
             payload["latencyMs"] = round(latency, 1)
-        if self.client is not None:
+        if self.model is not None:
             # completions withheld below the server's threshold in the last minute, and that threshold
-            payload["withheld"] = self.client.withheld()
-            if self.client.fim_threshold is not None:
-                payload["fimThreshold"] = self.client.fim_threshold
+            payload["withheld"] = self.model.withheld()
+            if self.model.fim_threshold is not None:
+                payload["fimThreshold"] = self.model.fim_threshold
         payload["excluded"] = self.excluded.listing(self.path_of)
         self.protocol.notify(STATUS, payload)
 
@@ -198,8 +198,8 @@ class EditLanguageServer(LanguageServer):
         out: dict[str, Any] = {
             "state": DISABLED if not (self.settings.enable_fim or self.settings.enable_next_edit) else None
         }
-        if self.client is not None:
-            out = {**self.client.info(), **({"state": out["state"]} if out["state"] else {})}
+        if self.model is not None:
+            out = {**self.model.info(), **({"state": out["state"]} if out["state"] else {})}
         out["lspLog"] = self.log_file
         out["excluded"] = self.excluded.listing(self.path_of)
         out["excludeFiles"] = list(self.settings.excluded_patterns)
@@ -234,8 +234,8 @@ class EditLanguageServer(LanguageServer):
         return (
             feature
             and self.settings.handles(doc.language_id)
-            and self.client is not None
-            and self.client.state == READY
+            and self.model is not None
+            and self.model.state == READY
         )
 
 
@@ -272,21 +272,21 @@ def _register_lifecycle(ls: EditLanguageServer) -> None:
     async def initialized(params: types.InitializedParams) -> None:
         for w in ls.pending_warnings:
             ls.show(2, w)
-        ls.client = ls._make_client()
+        ls.model = ls._make_model()
         ls.send_status()
         start_index(ls)
-        await ls.client.start()
+        await ls.model.start()
 
     @ls.feature(types.SHUTDOWN)
     async def shutdown(*args) -> None:
-        if ls.client is not None:
-            await ls.client.close()
+        if ls.model is not None:
+            await ls.model.close()
         ls.telemetry.close()
 
     @ls.feature(types.EXIT)
     def exit_(*args) -> None:
-        if ls.client is not None:
-            ls.client.stop_child()
+        if ls.model is not None:
+            ls.model.stop_child()
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
@@ -383,9 +383,9 @@ def _register_completion(ls: EditLanguageServer) -> None:
         ls.viewed.view(uri, ls.path_of(uri), doc.text, params.position.line)
         cached = ls.fim.from_cache(uri, prefix, suffix)
         if cached is None:
-            if ls.client is None or ls.client.state != READY:
-                if ls.client is not None:
-                    ls.client.nudge()  # never waits: recovery runs in the background
+            if ls.model is None or ls.model.state != READY:
+                if ls.model is not None:
+                    ls.model.nudge()  # never waits: recovery runs in the background
                 return empty
             ticket = ls.fim.begin(uri)
             task = asyncio.ensure_future(fim.answer(ls, doc, offset, prefix, suffix, ticket))

@@ -44,7 +44,7 @@ class TelemetrySettings:
 
 @dataclass(frozen=True)
 class Settings:
-    # "": an autostarted `editserver serve` of our own on a free port (lsp/client.py)
+    # "": an autostarted `editserver serve` of our own on a free port (lsp/model_client.py)
     server_url: str = ""
     autostart: bool = True  # start `editserver serve` when nothing answers at server_url
     debounce_ms: int = 75  # wait this long after a keystroke before asking the model

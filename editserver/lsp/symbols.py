@@ -13,7 +13,7 @@ Design decisions:
   modules resolve as lsp/packages.py says.
 - Uses: every identifier node in code, as ``{name: [[row, byte column], ...]}``, in document
   order: those inside a Python f-string's or a JS/TS template literal's interpolations count, a
-  name in a plain string or a comment never does (``context.code_identifiers``, the walk the
+  name in a plain string or a comment never does (``treesitter.code_identifiers``, the walk the
   in-file candidates share). A member access on a plain name (``ns.f``, ``mod.f``) is also
   recorded under ``"ns.f"`` at the member, which is how a module imported whole is followed
   (``context.use_keys``).
@@ -25,8 +25,8 @@ import posixpath
 
 import tree_sitter as ts
 
-from editserver.lsp.context import code_identifiers, load_language, use_keys
 from editserver.lsp.packages import imports_go, imports_rust, resolve_go, resolve_rust
+from editserver.lsp.treesitter import code_identifiers, load_language, use_keys
 
 _TOP_PY = {"function_definition", "class_definition"}
 _TOP_TS = {

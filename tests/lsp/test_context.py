@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from editserver.lsp.context import (
+from editserver.lsp.documents import Document
+from editserver.lsp.treesitter import (
     ParsedDocument,
     Region,
     candidate_regions,
@@ -13,7 +14,6 @@ from editserver.lsp.context import (
     node_name,
     snap_region,
 )
-from editserver.lsp.documents import Document
 
 # Each source: a helper definition (lines 0..3 or so), a long caller, and a second caller.
 SOURCES = {

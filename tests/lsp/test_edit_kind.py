@@ -10,10 +10,10 @@ import json
 
 import httpx
 
-from editserver.lsp.client import READY, ModelClient
-from editserver.lsp.context import Region
 from editserver.lsp.documents import Document
+from editserver.lsp.model_client import READY, ModelClient
 from editserver.lsp.nextedit import Ask, _ask_one
+from editserver.lsp.treesitter import Region
 
 SRC = "from shop.pricing import compute\n\n\ndef total(items):\n    return compute(items)\n"
 

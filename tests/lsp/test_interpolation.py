@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from editserver.lsp.context import ParsedDocument, Region, code_identifiers, first_use
 from editserver.lsp.documents import Document
 from editserver.lsp.index import WorkspaceIndex
 from editserver.lsp.symbols import extract
+from editserver.lsp.treesitter import ParsedDocument, Region, code_identifiers, first_use
 from tests.lsp.conftest import lsp_session
 from tests.lsp.test_cross_file import rel_of, rename, uri
 

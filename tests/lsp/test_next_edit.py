@@ -8,9 +8,9 @@ contract's shapes.
 
 from __future__ import annotations
 
-from editserver.lsp.context import Region
 from editserver.lsp.documents import Document
 from editserver.lsp.nextedit import Ask, RegionResult, minimal_edits, rank
+from editserver.lsp.treesitter import Region
 from tests.lsp.conftest import lsp_session
 
 FILLER = "".join(
@@ -203,8 +203,8 @@ async def test_newer_next_edit_request_supersedes_older(tiny_server, base_option
 
 
 def test_vet_rejects_wiping_and_syntax_breaking_rewrites():
-    from editserver.lsp.context import ParsedDocument
     from editserver.lsp.nextedit import vet
+    from editserver.lsp.treesitter import ParsedDocument
 
     doc = Document(URI, SRC, 1, "python")
     parsed = ParsedDocument("python", SRC)
@@ -274,7 +274,7 @@ async def test_a_new_edit_cancels_the_inflight_next_edit(tiny_server, base_optio
 def test_prompts_stay_bounded_on_very_long_lines():
     """A file of 20,000-character lines: the context is cut to CONTEXT_CHARS each side (whole lines
     where they fit), and a region too long for any answer is not asked about."""
-    from editserver.lsp.edits import CONTEXT_CHARS, build_region_prompt, region_too_long
+    from editserver.lsp.rewrite import CONTEXT_CHARS, build_region_prompt, region_too_long
 
     long = "x = '" + "a" * 20_000 + "'\n"
     text = long * 6 + "def f():\n    return 1\n" + long * 6

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from editserver.lsp.completion import FimScheduler, indent_style, multiline_allowed, postprocess
+from editserver.lsp.fim import FimScheduler, indent_style, multiline_allowed, postprocess
 
 
 def test_drops_text_that_repeats_the_suffix():

@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from editserver.lsp.budget import CHUNK_CHARS, Limits, fit_edit_prompt, fit_fim
-from editserver.lsp.context import Region
 from editserver.lsp.documents import Document
-from editserver.lsp.edits import build_region_prompt
+from editserver.lsp.rewrite import build_region_prompt
+from editserver.lsp.treesitter import Region
 from editserver.model.infer.checkpoint import DEFAULT_CHECKPOINT
 from editserver.model.infer.tokenizer import Tokenizer
 from editserver.protocol.prompt import (
