@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import Completion, EditRequest, Engine, FimRequest, SamplingOptions
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.transformer import ContextTooLongError
 from tests.hf_models import make_dream
 

@@ -10,8 +10,8 @@ import threading
 import pytest
 import torch
 
-from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions, line_likelihood
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.transformer import ContextTooLongError, Transformer
 from editserver.protocol.prompt import EditPrompt, PromptError, build_prompt
 from tests.helpers import denoise
@@ -533,8 +533,8 @@ def test_old_config_without_fim_threshold_loads_with_zero(tiny_checkpoint, tmp_p
     import json
     import shutil
 
-    from editserver.model.infer.checkpoint import load_checkpoint
     from editserver.model.infer.config import InferenceConfig
+    from editserver.model.infer.loader import load_checkpoint
 
     assert InferenceConfig.from_dict({}).fim_threshold == 0.0
     assert InferenceConfig.from_dict({"fim_threshold": 0.4}).fim_threshold == 0.4
@@ -551,8 +551,8 @@ def test_line_canvases_load_from_json_and_reject_nonsense(tiny_checkpoint, tmp_p
     import json
     import shutil
 
-    from editserver.model.infer.checkpoint import load_checkpoint
     from editserver.model.infer.config import InferenceConfig
+    from editserver.model.infer.loader import load_checkpoint
 
     assert InferenceConfig.from_dict({}).line_canvases == ()
     ck = tmp_path / "ck"

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from editserver.model.infer.cache import DualCache, InPlaceNoCache
-from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions
+from editserver.model.infer.loader import load_checkpoint
 from tests.hf_models import make_dream, make_llada
 
 PREFIX, SUFFIX = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"

@@ -79,10 +79,11 @@ import torch
 
 from editserver.model.infer import lengths, quant
 from editserver.model.infer.cache import Rows
-from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
+from editserver.model.infer.checkpoint import Checkpoint
 from editserver.model.infer.draft import draft_region, step_drafts
 from editserver.model.infer.ensemble import done_hook
 from editserver.model.infer.layout import layout_for
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
 from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
 from editserver.model.infer.requests import Completion, EditRequest, FimRequest, SamplingOptions
