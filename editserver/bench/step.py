@@ -123,8 +123,8 @@ def _decode_ms(
 
     from editserver.model.infer.cache import DualCache, Rows
     from editserver.model.infer.plan import DecodePlan
-    from editserver.model.infer.rules import TopKRule
     from editserver.model.infer.sampler import Tokens, denoise
+    from editserver.model.infer.unmasking import TopKRule
 
     V = model.cfg.vocab_size
     g = torch.Generator().manual_seed(batch)

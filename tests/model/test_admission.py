@@ -1,5 +1,5 @@
 """Requests joining a running decode at a block boundary (model/infer/sampler.py ``Decode``,
-model/infer/engine.py ``Running``): each answer equals the request's answer alone, for the own
+model/infer/joinable.py ``Running``): each answer equals the request's answer alone, for the own
 transformer and an in-place family; a done request leaves at once; a cancelled one leaves without
 touching the others; one that cannot join leaves the running rows as they were; sampled decodes take
 no joiners."""

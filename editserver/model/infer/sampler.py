@@ -4,7 +4,7 @@ The reverse process of masked diffusion starts from a canvas of ``<|mask|>`` tok
 step, predicts all masked tokens at once, keeping (unmasking) some of them (LLaDA, Nie et al. 2025,
 Alg. 2 with low-confidence remasking). Design decisions:
 - Everything variable is a piece of the plan (model/infer/plan.py): the unmasking rule
-  (model/infer/rules.py), the cache policy (model/infer/cache.py), the block size, sampling. The loop
+  (model/infer/unmasking.py), the cache policy (model/infer/cache.py), the block size, sampling. The loop
   never branches on the model family or on the request kind.
 - ``step`` is one model call and one rule decision; ``Decode.run`` runs blocks of steps and applies
   them (``denoise`` is a decode of one caller). Callers observe it through ``Hooks``: ``observe`` sees the canvas after every step (streaming,
@@ -46,7 +46,7 @@ import torch
 from editserver.model.infer import ops
 from editserver.model.infer.cache import Rows
 from editserver.model.infer.plan import DecodePlan, Sampling
-from editserver.model.infer.rules import fill_after_eot, first_true, informative
+from editserver.model.infer.unmasking import fill_after_eot, first_true, informative
 
 
 @dataclass
