@@ -122,8 +122,9 @@ def _decode_ms(
     import torch
 
     from editserver.model.infer.cache import DualCache, Rows
+    from editserver.model.infer.loop_types import Tokens
     from editserver.model.infer.plan import DecodePlan
-    from editserver.model.infer.sampler import Tokens, denoise
+    from editserver.model.infer.sampler import denoise
     from editserver.model.infer.unmasking import TopKRule
 
     V = model.cfg.vocab_size

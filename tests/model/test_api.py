@@ -355,7 +355,7 @@ def test_single_line_request_also_tries_shorter_canvases(shipped_checkpoint) -> 
 def test_score_counts_the_decision_to_stop() -> None:
     import torch
 
-    from editserver.model.infer.sampler import SampleResult
+    from editserver.model.infer.loop_types import SampleResult
 
     res = SampleResult(
         tokens=torch.tensor([[0, 0, 0]]),

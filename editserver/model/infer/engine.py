@@ -84,10 +84,10 @@ from editserver.model.infer.early_stop import done_hook
 from editserver.model.infer.joinable import Running
 from editserver.model.infer.layout import layout_for
 from editserver.model.infer.loader import load_checkpoint
+from editserver.model.infer.loop_types import Hooks, Member, SampleResult, Tokens
 from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
 from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
 from editserver.model.infer.requests import Completion, EditRequest, FimRequest, SamplingOptions
-from editserver.model.infer.sampler import Hooks, Member, SampleResult, Tokens
 from editserver.model.infer.scoring import aggregate, layout_only
 from editserver.model.infer.transformer import ContextTooLongError
 from editserver.protocol.postprocess import settled

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from editserver.model.infer.loop_types import Member, Tokens
 from editserver.model.infer.plan import DecodePlan
-from editserver.model.infer.sampler import Decode, Member, Tokens
+from editserver.model.infer.sampler import Decode
 
 if TYPE_CHECKING:
     from editserver.model.infer.checkpoint import ServedModel
@@ -37,7 +38,7 @@ class Running:
     share one ``torch.Generator``, so a joiner would change its neighbours' draws.
 
     ``plan_of(req)`` is the request's decode plan (a joiner must have this decode's); ``member(req,
-    plan, deliver)`` its rows as a member of the decode (model/infer/sampler.py ``Member``)."""
+    plan, deliver)`` its rows as a member of the decode (model/infer/loop_types.py ``Member``)."""
 
     def __init__(
         self,
