@@ -43,8 +43,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from editserver.bench._stats import percentile
 from editserver.protocol.postprocess import trim
-from editserver.replay.metrics import percentile
 
 L2R_CE_MAX_TOKENS = 64  # canvases up to this long also get the left-to-right cross-entropy
 
