@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import torch
 
 from editserver.model.infer.cache import ContextCache, Rows
+from editserver.model.infer.loop_types import Hooks, Tokens
 from editserver.model.infer.plan import DecodePlan, Sampling
-from editserver.model.infer.rules import ThresholdRule
-from editserver.model.infer.sampler import Hooks, Tokens
 from editserver.model.infer.sampler import denoise as loop
+from editserver.model.infer.unmasking import ThresholdRule
 
 
 def denoise(

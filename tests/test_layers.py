@@ -8,6 +8,11 @@ checked, at module level or inside a function, and so is every module name hande
 ``protocol`` holds the wire formats every layer shares: it may be imported by all and imports nothing
 of this repository. A process boundary (``python -m editserver.lsp``, an HTTP call) is not an import,
 and that is how the upper layers reach the lower ones they may not import.
+
+Inside the rooms too, no two modules import each other, however indirectly and wherever the import
+sits (module level, in a function, under ``TYPE_CHECKING``): a circle is a module that cannot be read
+without its reader. The language server's one known circle is listed (``KNOWN_LSP_CIRCLE``) until it
+is removed. And no product file is over 500 lines.
 """
 
 from __future__ import annotations
@@ -131,3 +136,113 @@ def test_the_check_catches_hidden_imports() -> None:
     assert violations("app", src, "x.py") == []
     assert violations("lsp", "from editserver import __version__\n", "x.py") == []
     assert len(violations("lsp", "from editserver import model, protocol\n", "x.py")) == 1
+
+
+# ---- import circles --------------------------------------------------------------------------------
+# The language server's one import circle: lsp/server.py and the modules that import it back. It is
+# left for the LSP's own clean-up; whoever removes it empties this set, and from then on no circle at
+# all passes. The check is exact: this circle growing, shrinking or changing fails too.
+KNOWN_LSP_CIRCLE: frozenset[str] = frozenset(
+    {
+        "editserver.lsp.completion",
+        "editserver.lsp.crossfile",
+        "editserver.lsp.edit_requests",
+        "editserver.lsp.nextedit",
+        "editserver.lsp.server",
+        "editserver.lsp.telemetry",
+        "editserver.lsp.workspace",
+    }
+)
+MAX_LINES = 500  # a product file longer than this is split where its contents divide
+
+
+def module_name(path: Path) -> str:
+    """``editserver/a/b.py`` -> ``editserver.a.b``; a package's ``__init__.py`` is the package."""
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _known(name: str, modules: set[str]) -> str | None:
+    """The module of ours ``name`` runs: itself, else the nearest package above it that is one (an
+    f-string handed to importlib names only its package); None outside this repository."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the modules of ``sources`` it imports: statements anywhere (module level, in a
+    function, under ``TYPE_CHECKING``) and names handed to importlib. ``from pkg import name`` imports
+    the submodule ``pkg.name`` where there is one, else ``pkg`` (its ``__init__``); a submodule's
+    import does not count its packages' ``__init__``s, or every package that re-exports one of its
+    modules would be a circle."""
+    modules = set(sources)
+    graph: dict[str, set[str]] = {}
+    for module, source in sources.items():
+        names: list[str] = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names += [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
+            elif isinstance(node, ast.Call) and (name := _dynamic_name(node)):
+                names.append(name)
+        graph[module] = {m for n in names if (m := _known(n, modules)) is not None} - {module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The import circles of ``graph``: each set of modules that all reach one another."""
+    reach = {}
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo += graph[m]
+        reach[start] = seen
+    circles = {frozenset(n for n in reach[m] if m in reach[n]) for m in graph if m in reach[m]}
+    return sorted(circles, key=sorted)
+
+
+def test_no_import_circles() -> None:
+    graph = import_graph({module_name(p): p.read_text(encoding="utf-8") for p in PKG.rglob("*.py")})
+    circles = import_circles(graph)
+    expected = [KNOWN_LSP_CIRCLE] if KNOWN_LSP_CIRCLE else []
+    shown = [
+        f"{sorted(c)}: " + ", ".join(f"{m} -> {sorted(graph[m] & c)}" for m in sorted(c)) for c in circles
+    ]
+    assert circles == expected, "import circles:\n" + "\n".join(shown)
+
+
+def test_the_circle_check_sees_every_kind_of_import() -> None:
+    graph = import_graph(
+        {
+            "editserver.a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from editserver.b import B\n",
+            "editserver.b": "def f():\n    from editserver.pkg import c\n",
+            "editserver.pkg": "from editserver.d import helper\n",
+            "editserver.pkg.c": "import editserver.a\n",
+            "editserver.d": "from editserver.pkg import name\n",
+            "editserver.e": "import importlib\nimportlib.import_module(f'editserver.pkg.{x}')\nimport json\n",
+        }
+    )
+    assert graph["editserver.b"] == {"editserver.pkg.c"}, "from pkg import submodule: the submodule"
+    assert graph["editserver.d"] == {"editserver.pkg"}, "from pkg import a name: the package"
+    assert graph["editserver.e"] == {"editserver.pkg"}, "an f-string names its package; json is not ours"
+    assert import_circles(graph) == [
+        frozenset({"editserver.a", "editserver.b", "editserver.pkg.c"}),  # TYPE_CHECKING, in a function
+        frozenset({"editserver.d", "editserver.pkg"}),  # a package's __init__ is the package
+    ]
+
+
+def test_no_product_file_is_too_long() -> None:
+    long = {
+        str(p.relative_to(PKG.parent)): n
+        for p in sorted(PKG.rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"over {MAX_LINES} lines: {long}"

@@ -43,8 +43,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from editserver.bench._stats import percentile
 from editserver.protocol.postprocess import trim
-from editserver.replay.metrics import percentile
 
 L2R_CE_MAX_TOKENS = 64  # canvases up to this long also get the left-to-right cross-entropy
 
@@ -265,18 +265,19 @@ def evaluate(
 
 def _cross_entropy(engine, tasks: list[dict], max_tokens: int, skip: bool) -> tuple[list, list]:
     """Decoding-independent, so measured once: how likely the model finds each canonical infill, from
-    a fully masked canvas and written left to right (Engine.middle_ce). Left to right runs one full
+    a fully masked canvas and written left to right (model/infer/middle_ce.py). Left to right runs one full
     row per answer token, so its cost grows with the square of the canvas: a 128-token multi-line
     canvas would take a minute a task on two cores; such suites report it as null."""
     from editserver.model.infer.engine import FimRequest
+    from editserver.model.infer.middle_ce import middle_ce
 
     l2r = max_tokens <= L2R_CE_MAX_TOKENS
     ce, ce_l2r = [], []
     for t in [] if skip else tasks:
         req = FimRequest(t["prompt"], t["suffix"], max_tokens=max_tokens)
-        ce.append(engine.middle_ce(req, t["canonical_solution"]))
+        ce.append(middle_ce(engine, req, t["canonical_solution"]))
         if l2r:
-            ce_l2r.append(engine.middle_ce(req, t["canonical_solution"], left_to_right=True))
+            ce_l2r.append(middle_ce(engine, req, t["canonical_solution"], left_to_right=True))
     return ce, ce_l2r
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from editserver.bench import _lspclient as lspclient
+from editserver.bench._stats import latency_stats, percentile
 
 PRICING = "shop/pricing.py"
 FILES = {
@@ -179,13 +180,13 @@ async def _start(root: Path) -> dict:
         "rss_before_mb": rss0,
     }
     out.update(rss_after_mb=_rss_mb(state.pid), wall_ms=round(wall, 1))
-    out.update(keystroke_during_build=_p50(during), keystroke_after_build=_p50(after), keystrokes=len(during))
+    out.update(
+        keystroke_during_build=percentile(during, 0.5, 2),
+        keystroke_after_build=percentile(after, 0.5, 2),
+        keystrokes=len(during),
+    )
     await lspclient.stop(client)
     return out
-
-
-def _p50(values: list[float]) -> float | None:
-    return round(sorted(values)[len(values) // 2], 2) if values else None
 
 
 async def _cross_sample(url: str, root: Path, env: dict) -> dict:
@@ -226,8 +227,6 @@ async def _cross_sample(url: str, root: Path, env: dict) -> dict:
 
 async def measure_cross_file(url: str, samples: int, files: int, bar=None) -> dict:
     """``bench latency``'s cross-file scenario (see the module notes of bench/latency.py)."""
-    from editserver.bench.latency import stats
-
     got: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = write_large(Path(tmp) / "ws", files)
@@ -243,9 +242,9 @@ async def measure_cross_file(url: str, samples: int, files: int, bar=None) -> di
         "uses": sum(USES.values()),
         "samples": samples,
         "index": got[0]["index"] if got else {},
-        "first_in_file": stats([g.get("in_file", a) for g, a in zip(got, never)]),
-        "first_cross_file": stats([g.get("cross_file", a) for g, a in zip(got, never)]),
-        "all_shown": stats(never),
+        "first_in_file": latency_stats([g.get("in_file", a) for g, a in zip(got, never)]),
+        "first_cross_file": latency_stats([g.get("cross_file", a) for g, a in zip(got, never)]),
+        "all_shown": latency_stats(never),
         "renamed_per_sample": [g["renamed"] for g in got],
     }
 

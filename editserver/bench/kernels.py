@@ -250,8 +250,8 @@ def _fim_requests(n: int, max_tokens: int, seed: int = 0):
 def _e2e_rows(model_dir, device, dtype, batches, max_tokens, repeat, backends) -> list[dict]:
 
     from editserver.model.infer import ops
-    from editserver.model.infer.checkpoint import load_checkpoint
     from editserver.model.infer.engine import Engine
+    from editserver.model.infer.loader import load_checkpoint
 
     engine = Engine(load_checkpoint(model_dir, device=str(device), dtype=dtype), str(device))
     rows = []

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from editserver.bench._stats import percentile
+
 
 @dataclass
 class Line:
@@ -111,12 +113,11 @@ def _ask(client, url: str, body: dict) -> tuple[float, str]:
     return ms, r.json()["choices"][0]["text"]
 
 
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 1) if xs else 0.0
-
-
 def _summary(first: list[float], later: list[float], exact: list[bool]) -> dict:
+    def _pct(xs: list[float], q: float) -> float:  # 0.0 when empty: the table prints numbers
+        got = percentile(xs, q, 1)
+        return 0.0 if got is None else got
+
     return {
         "first_p50_ms": _pct(first, 0.5),
         "p50_ms": _pct(later, 0.5),

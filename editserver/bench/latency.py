@@ -30,13 +30,13 @@ import argparse
 import asyncio
 import json
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from editserver.bench import _lspclient as lspclient
+from editserver.bench._stats import latency_stats
 
 MAX_SAMPLES = 500
 # the canvas the LSP asks for a one-line completion (lsp/settings.py fim_line_max_tokens); a copy,
@@ -58,20 +58,6 @@ def load_config(path: Path) -> dict:
 def save_config(path: Path, data: dict) -> None:
 '''
 TYPED = '    text = json.dumps(data, indent=2)\n    path.write_text(text + "\\n")\n    print("saved", path)\n'
-
-
-def pct(values: list[float], p: float) -> float | None:
-    v = sorted(values)
-    return round(v[min(len(v) - 1, int(p * len(v)))], 1) if v else None
-
-
-def stats(values: list[float]) -> dict:
-    return {
-        "n": len(values),
-        "p50_ms": pct(values, 0.50),
-        "p95_ms": pct(values, 0.95),
-        "mean_ms": round(statistics.fmean(values), 1) if values else None,
-    }
 
 
 def _position(text: str) -> tuple[int, int]:
@@ -180,10 +166,10 @@ async def measure(
             await lspclient.stop(client)
     report = {
         "debounce_ms": debounce_ms,
-        "keystroke_to_suggestion": stats(got["model"] + got["cache"]),
-        "model_answers": stats(got["model"]),
-        "cache_answers": stats(got["cache"]),
-        "direct_http_fim": stats(got["direct"]),
+        "keystroke_to_suggestion": latency_stats(got["model"] + got["cache"]),
+        "model_answers": latency_stats(got["model"]),
+        "cache_answers": latency_stats(got["cache"]),
+        "direct_http_fim": latency_stats(got["direct"]),
     }
     if next_edits:
         report["next_edit"] = await measure_next_edit(url, next_edits, log_file, bar)
@@ -292,8 +278,8 @@ async def measure_next_edit(url: str, samples: int, log_file: str | None, bar=No
     return {
         "uses": USES,
         "samples": samples,
-        "first_shown": stats(got["first"]),
-        "all_shown": stats(got["all"]),
+        "first_shown": latency_stats(got["first"]),
+        "all_shown": latency_stats(got["all"]),
         "renamed_per_sample": got["renamed"],
     }
 
@@ -349,7 +335,7 @@ def _measure_all(url: str, args: argparse.Namespace) -> dict:
         from editserver.bench.nvim import measure_nvim
 
         nv = measure_nvim(url, args.nvim)
-        report["nvim"] = {**nv, **stats([ms for ms in nv["esc_to_first_edit_ms"] if ms is not None])}
+        report["nvim"] = {**nv, **latency_stats([ms for ms in nv["esc_to_first_edit_ms"] if ms is not None])}
     return report
 
 

@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from editserver.bench._stats import percentile
+
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 MAX_CLIENTS, MAX_DURATION = 64, 600.0
 
@@ -161,16 +163,12 @@ class LoadReport:
 
     def summary(self) -> dict:
         lat = sorted(self.latencies_ms)
-
-        def pct(p: float) -> float | None:
-            return round(lat[min(len(lat) - 1, int(p * len(lat)))], 1) if lat else None
-
         d = {k: v for k, v in asdict(self).items() if k not in ("latencies_ms", "answers")}
         d.update(
             throughput_rps=round(self.throughput_rps, 2),
             tokens_per_s=round(self.completion_tokens / self.elapsed_s, 1) if self.elapsed_s else 0.0,
-            p50_ms=pct(0.50),
-            p95_ms=pct(0.95),
+            p50_ms=percentile(lat, 0.50, 1),
+            p95_ms=percentile(lat, 0.95, 1),
             max_ms=round(lat[-1], 1) if lat else None,
             mean_ms=round(statistics.fmean(lat), 1) if lat else None,
             error_count=sum(self.errors.values()),

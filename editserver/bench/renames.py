@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from editserver.replay.metrics import percentile
+from editserver.bench._stats import percentile
 
 
 def register(sub: argparse._SubParsersAction) -> None:

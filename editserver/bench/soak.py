@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from editserver.bench._stats import percentile
 from editserver.bench.load import FIM_PREFIX, FIM_SUFFIX, LOOPBACK, LocalServer, ServerStartError, edit_prompt
 
 FD_SLACK, THREAD_SLACK = 8, 4  # flat: the last fifth's maximum may exceed the warm one by this much
@@ -67,8 +68,7 @@ class SoakReport:
         self.errors[kind] = self.errors.get(kind, 0) + 1
 
     def _p95(self, lo: float, hi: float) -> float | None:
-        lat = sorted(ms for t, ms in self.done if lo <= t < hi)
-        return round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 1) if lat else None
+        return percentile([ms for t, ms in self.done if lo <= t < hi], 0.95, 1)
 
     def _fifth(self, i: int) -> list[Sample]:
         span = self.elapsed_s / 5

@@ -122,9 +122,10 @@ def _decode_ms(
     import torch
 
     from editserver.model.infer.cache import DualCache, Rows
+    from editserver.model.infer.loop_types import Tokens
     from editserver.model.infer.plan import DecodePlan
-    from editserver.model.infer.rules import TopKRule
-    from editserver.model.infer.sampler import Tokens, denoise
+    from editserver.model.infer.sampler import denoise
+    from editserver.model.infer.unmasking import TopKRule
 
     V = model.cfg.vocab_size
     g = torch.Generator().manual_seed(batch)

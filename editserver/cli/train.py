@@ -174,7 +174,7 @@ def _validate(args: argparse.Namespace) -> str | None:
 def _export(args: argparse.Namespace) -> int:
     import torch
 
-    from editserver.model.infer.checkpoint import export_checkpoint
+    from editserver.model.infer.loader import export_checkpoint
 
     dtype = torch.float32 if args.export_dtype == "fp32" else torch.bfloat16
     if not 0.0 <= args.average_share <= 1.0:

@@ -17,7 +17,7 @@ Design decisions:
   a number re-decides from the row's score under the chosen aggregate, so any threshold and any
   aggregate can be evaluated offline from one replay.
 - Rates with an empty denominator are ``None`` (JSON null), never a misleading 0.
-- Latency percentiles interpolate linearly between ranks.
+- Latency percentiles are the benchmarks' (bench/_stats.py): linear interpolation between ranks.
 - The threshold is chosen on a fixed grid (0.00 to 1.00 by 0.01), in the middle of the run of
   thresholds that share the best utility (the widest margin to the tuning scores); when no
   threshold makes showing pay, 1.0 (suppress) is chosen. The aggregate is chosen by the best utility it reaches, then by ROC AUC (how well its
@@ -29,19 +29,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from editserver.bench._stats import percentile
+
 REWARD_ACCEPT, REWARD_REJECT = 0.75, -0.25
 GRID = [round(i / 100, 2) for i in range(101)]
 CANDIDATE = ("accepted", "rejected")
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    v = sorted(values)
-    pos = (len(v) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
 def row_score(row: dict, aggregate: str | None) -> float | None:

@@ -12,7 +12,7 @@ Design decisions:
   otherwise. Each row keeps its own canvas (model/infer/sampler.py ``Decode``), so a request gets the
   answer it would get alone, whatever it shares a batch with.
 - Step-level admission: while a greedy decode runs, queued requests of its plan join it at its next
-  block boundary (``Engine.open``, model/infer/running.py), up to ``max_batch`` requests decoding, and each
+  block boundary (``Engine.open``, model/infer/joinable.py), up to ``max_batch`` requests decoding, and each
   request's future resolves as soon as its own rows are done, not when the decode ends. A joined row
   gets the answer it gets alone (same tokens, text and finish reason). Sampled decodes (temperature >
   0) take no joiners: their rows share one ``torch.Generator``, so a joiner would change the others'

@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from editserver.model.infer.checkpoint import CheckpointError, load_checkpoint
+from editserver.model.infer.checkpoint import CheckpointError
+from editserver.model.infer.loader import load_checkpoint
 
 
 def damaged(src: Path, dst: Path, kind: str) -> Path:

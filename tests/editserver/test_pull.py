@@ -125,7 +125,7 @@ def test_pull_fetches_what_the_loader_reads_resumes_and_serves(hub, tmp_path):
     assert again.returncode == 0, again.stderr
     assert not [r for r in hub.requests if r[0] == "GET" and r[1] in shards], "cached files are not fetched"
 
-    code = "from editserver.model.infer.checkpoint import load_checkpoint as l; print(l('diffucoder-7b-instruct').family)"
+    code = "from editserver.model.infer.loader import load_checkpoint as l; print(l('diffucoder-7b-instruct').family)"
     loaded = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )
@@ -139,6 +139,6 @@ def test_pull_errors_are_one_line(hub, tmp_path):
     missing = _pull(env, "llada-8b-instruct")  # this hub serves only the DiffuCoder repository
     assert missing.returncode == 2 and missing.stderr.startswith("editserver pull:"), missing.stderr
     assert "Traceback" not in missing.stderr
-    code = "from editserver.model.infer.checkpoint import load_checkpoint as l; l('open-dcoder-0.5b')"
+    code = "from editserver.model.infer.loader import load_checkpoint as l; l('open-dcoder-0.5b')"
     never = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert "editserver pull open-dcoder-0.5b" in never.stderr

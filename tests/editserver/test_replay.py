@@ -337,7 +337,7 @@ def test_tuning_chooses_aggregate_and_threshold_on_training_repos_and_writes_con
     assert len(r["tune_suggestions"]) == 3 and {x["phase"] for x in r["tune_suggestions"]} == {"tune"}
     saved = json.loads((ck / "config.json").read_text())["inference"]
     assert saved["selectivity_threshold"] == 0.55 and saved["score_aggregate"] == "min"
-    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.loader import load_checkpoint
 
     assert load_checkpoint(ck).inference.selectivity_threshold == 0.55
 
@@ -367,7 +367,7 @@ def test_fim_threshold_is_tuned_on_training_repos_applied_to_held_out_and_writte
     assert {x["repo"] for x in r["fim_completions"]} == {"acme/shop"}
     saved = json.loads((ck / "config.json").read_text())["inference"]
     assert saved["fim_threshold"] == 0.75 and saved["selectivity_threshold"] == 0.55
-    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.loader import load_checkpoint
 
     assert load_checkpoint(ck).inference.fim_threshold == 0.75
     assert "**FIM tuning**" in md.read_text() and "min >= 0.75" in md.read_text()

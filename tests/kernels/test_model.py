@@ -13,8 +13,8 @@ import torch
 
 from editserver.model.infer import ops
 from editserver.model.infer.config import PRESETS, ModelConfig
-from editserver.model.infer.rules import TopKRule
 from editserver.model.infer.transformer import Transformer
+from editserver.model.infer.unmasking import TopKRule
 from tests.helpers import denoise
 from tests.kernels.conftest import assert_close
 

@@ -1,5 +1,5 @@
 """Requests joining a running decode at a block boundary (model/infer/sampler.py ``Decode``,
-model/infer/engine.py ``Running``): each answer equals the request's answer alone, for the own
+model/infer/joinable.py ``Running``): each answer equals the request's answer alone, for the own
 transformer and an in-place family; a done request leaves at once; a cancelled one leaves without
 touching the others; one that cannot join leaves the running rows as they were; sampled decodes take
 no joiners."""
@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import Completion, EditRequest, Engine, FimRequest, SamplingOptions
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.transformer import ContextTooLongError
 from tests.hf_models import make_dream
 

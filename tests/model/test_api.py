@@ -10,8 +10,9 @@ import threading
 import pytest
 import torch
 
-from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions, line_likelihood
+from editserver.model.infer.loader import load_checkpoint
+from editserver.model.infer.middle_ce import middle_ce
 from editserver.model.infer.transformer import ContextTooLongError, Transformer
 from editserver.protocol.prompt import EditPrompt, PromptError, build_prompt
 from tests.helpers import denoise
@@ -45,7 +46,7 @@ def test_effort_changes_steps(engine: Engine) -> None:
 
 def test_effort_with_gamma_uses_the_joint_rule(engine: Engine) -> None:
     from editserver.model.infer.config import EffortPreset
-    from editserver.model.infer.rules import JointRule, ThresholdRule
+    from editserver.model.infer.unmasking import JointRule, ThresholdRule
 
     efforts = {**engine.inference.efforts, "low": EffortPreset(threshold=0.9, block_size=32, gamma=1e6)}
     eng = copy.copy(engine)  # the module's engine keeps its own presets
@@ -156,7 +157,7 @@ def test_a_stability_threshold_needs_the_joint_rule_and_a_probability() -> None:
 
 def test_one_copy_is_for_fim_and_needs_the_joint_rule(engine: Engine) -> None:
     from editserver.model.infer.config import EffortPreset, InferenceConfig
-    from editserver.model.infer.rules import JointRule
+    from editserver.model.infer.unmasking import JointRule
 
     low = EffortPreset(threshold=0.9, block_size=32, gamma=0.1, one_copy=True)
     eng = copy.copy(engine)
@@ -201,8 +202,8 @@ def test_middle_ce_agrees_with_the_sampler(engine: Engine) -> None:
     req = FimRequest("def add(a, b):\n    return ", "\n", max_tokens=1)
     c = engine.complete(FimRequest(req.prefix, req.suffix, 1, SamplingOptions(sequential=True)))
     assert c.completion_tokens == 1 and len(engine.tok.encode(c.text)) == 1, c.text
-    assert engine.middle_ce(req, c.text) == pytest.approx(-math.log(c.token_confidences[0]), abs=1e-3)
-    longer = engine.middle_ce(FimRequest(req.prefix, req.suffix, max_tokens=4), "a + b + c + d + e")
+    assert middle_ce(engine, req, c.text) == pytest.approx(-math.log(c.token_confidences[0]), abs=1e-3)
+    longer = middle_ce(engine, FimRequest(req.prefix, req.suffix, max_tokens=4), "a + b + c + d + e")
     assert math.isfinite(longer) and longer > 0, "an answer longer than the canvas is cut to it"
 
 
@@ -216,9 +217,9 @@ def test_left_to_right_ce_agrees_with_a_left_to_right_decode(engine: Engine) -> 
     assert len(engine.tok.encode(c.text)) == c.completion_tokens, "the answer re-encodes to its tokens"
     confs = c.scored_confidences
     want = sum(-math.log(p) for p in confs) / len(confs)
-    assert engine.middle_ce(req, c.text, left_to_right=True) == pytest.approx(want, abs=1e-3)
+    assert middle_ce(engine, req, c.text, left_to_right=True) == pytest.approx(want, abs=1e-3)
     # another answer is scored on its own tokens
-    assert engine.middle_ce(req, "a", left_to_right=True) != pytest.approx(want, abs=1e-3)
+    assert middle_ce(engine, req, "a", left_to_right=True) != pytest.approx(want, abs=1e-3)
 
 
 def test_context_window_is_enforced(engine: Engine) -> None:
@@ -354,7 +355,7 @@ def test_single_line_request_also_tries_shorter_canvases(shipped_checkpoint) -> 
 def test_score_counts_the_decision_to_stop() -> None:
     import torch
 
-    from editserver.model.infer.sampler import SampleResult
+    from editserver.model.infer.loop_types import SampleResult
 
     res = SampleResult(
         tokens=torch.tensor([[0, 0, 0]]),
@@ -435,7 +436,7 @@ def test_edit_prompts_are_cut_to_the_training_window(tiny_checkpoint) -> None:
 
 def test_edit_canvas_at_region_matches_the_uncached_model(tiny_checkpoint) -> None:
     from editserver.model.infer.cache import NoCache
-    from editserver.model.infer.rules import TopKRule
+    from editserver.model.infer.unmasking import TopKRule
     from editserver.protocol.prompt import EDIT_OPEN, EditPrompt, build_prompt, edit_canvas_pos
 
     eng = Engine.load(tiny_checkpoint)
@@ -533,8 +534,8 @@ def test_old_config_without_fim_threshold_loads_with_zero(tiny_checkpoint, tmp_p
     import json
     import shutil
 
-    from editserver.model.infer.checkpoint import load_checkpoint
     from editserver.model.infer.config import InferenceConfig
+    from editserver.model.infer.loader import load_checkpoint
 
     assert InferenceConfig.from_dict({}).fim_threshold == 0.0
     assert InferenceConfig.from_dict({"fim_threshold": 0.4}).fim_threshold == 0.4
@@ -551,8 +552,8 @@ def test_line_canvases_load_from_json_and_reject_nonsense(tiny_checkpoint, tmp_p
     import json
     import shutil
 
-    from editserver.model.infer.checkpoint import load_checkpoint
     from editserver.model.infer.config import InferenceConfig
+    from editserver.model.infer.loader import load_checkpoint
 
     assert InferenceConfig.from_dict({}).line_canvases == ()
     ck = tmp_path / "ck"

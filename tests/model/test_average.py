@@ -9,8 +9,9 @@ from pathlib import Path
 
 import torch
 
-from editserver.model.infer.checkpoint import load_checkpoint, save_checkpoint
+from editserver.model.infer.checkpoint import save_checkpoint
 from editserver.model.infer.config import ModelConfig
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.transformer import Transformer
 from tests.conftest import train_cli
 

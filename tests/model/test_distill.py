@@ -86,7 +86,7 @@ def _tiny_run(tmp_path, tok, distill_rows: list, share: float) -> TrainConfig:
 
 @pytest.mark.parametrize("decision_t_min", [None, 0.3])  # MDLM or decision-weighted teacher rows
 def test_training_learns_the_teacher_rows(tmp_path, decision_t_min: float | None) -> None:
-    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.loader import load_checkpoint
     from editserver.model.infer.tokenizer import train_tokenizer
 
     tok = train_tokenizer(CORPUS, vocab_size=400)

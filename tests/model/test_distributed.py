@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from editserver.model.infer.checkpoint import load_checkpoint
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.tokenizer import train_tokenizer
 from editserver.model.train.data import RowBuilder, RowStore
 from tests.conftest import CORPUS

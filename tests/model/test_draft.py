@@ -38,7 +38,7 @@ def test_history_renames_are_identifier_substitutions_only() -> None:
 
 
 def test_draft_region_reads_region_and_history_back_from_the_context(tiny_checkpoint) -> None:
-    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.loader import load_checkpoint
 
     tok = load_checkpoint(tiny_checkpoint).tokenizer
     hist = unified_diff("m.py", "def area(width, h):\n", "def area(size, h):\n")

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from editserver.model.infer.cache import DualCache, InPlaceNoCache
-from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions
+from editserver.model.infer.loader import load_checkpoint
+from editserver.model.infer.middle_ce import middle_ce
 from tests.hf_models import make_dream, make_llada
 
 PREFIX, SUFFIX = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"
@@ -108,6 +109,6 @@ def test_canvas_growth_moves_the_suffix(ck):
 def test_middle_ce_in_place_is_finite_and_ordered(ck):
     dual, _ = engines(ck)
     req = FimRequest(PREFIX, SUFFIX, max_tokens=8)
-    full = dual.middle_ce(req, "a + b")
-    l2r = dual.middle_ce(req, "a + b", left_to_right=True)
+    full = middle_ce(dual, req, "a + b")
+    l2r = middle_ce(dual, req, "a + b", left_to_right=True)
     assert torch.isfinite(torch.tensor([full, l2r])).all()

@@ -24,7 +24,7 @@ from tests.lsp.conftest import REPO, quiet_env
 
 PROBE = """
 import json, resource, sys, torch
-from editserver.model.infer.checkpoint import load_checkpoint
+from editserver.model.infer.loader import load_checkpoint
 torch.set_num_threads(1)
 
 def status(key):

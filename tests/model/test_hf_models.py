@@ -12,8 +12,9 @@ import shutil
 import pytest
 import torch
 
-from editserver.model.infer.checkpoint import load_checkpoint, serving_dtype
+from editserver.model.infer.checkpoint import serving_dtype
 from editserver.model.infer.hf import UnsupportedModelError
+from editserver.model.infer.loader import load_checkpoint
 from tests.hf_models import full_attention_logits, make_dream, make_llada
 
 

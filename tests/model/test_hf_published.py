@@ -142,7 +142,7 @@ def test_chat_template_choice(published, name, tmp_path):
         assert engine.tok.chat_template is None
     else:
         assert engine.tok.chat_template is not None
-    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.loader import load_checkpoint
 
     ck = load_checkpoint(d, chat_template="none")
     assert ck.tokenizer.chat_template is None

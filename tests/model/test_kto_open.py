@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import Engine, FimRequest
 from editserver.model.infer.layout import layout_for
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.train.kto_data import Example
 from editserver.model.train.kto_open import OpenAlignConfig, OpenAligner, open_elbo, open_masks, open_row
 from editserver.model.train.lora import LoRA

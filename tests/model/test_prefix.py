@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from editserver.model.infer.cache import ContextCache, DualCache
-from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import Engine, FimRequest, SamplingOptions
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.prefix import PrefixStore, match, rotate
 from editserver.model.infer.transformer import rope_tables
 from tests.hf_models import make_dream, make_llada

@@ -9,8 +9,8 @@ import copy
 import pytest
 import torch
 
-from editserver.model.infer.checkpoint import load_checkpoint
 from editserver.model.infer.engine import Engine, FimRequest
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.quant import PACKED_MAX_ROWS, Int8Linear, PackedLinear, W8A8Linear, quantize
 from tests.hf_models import make_dream, make_llada
 

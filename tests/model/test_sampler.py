@@ -8,8 +8,8 @@ import torch
 from editserver.model.infer.cache import ContextCache, NoCache
 from editserver.model.infer.config import PRESETS, ModelConfig
 from editserver.model.infer.draft import step_drafts
-from editserver.model.infer.rules import JointRule, StepBudget, ThresholdRule, TopKRule, weaker_twin
 from editserver.model.infer.transformer import Transformer
+from editserver.model.infer.unmasking import JointRule, StepBudget, ThresholdRule, TopKRule, weaker_twin
 from tests.helpers import denoise
 
 MASK, EOT, V = 1, 0, 300
@@ -156,7 +156,7 @@ def test_done_hook_ends_a_row_early(model: Transformer) -> None:
 
 
 def test_implied_end_of_text_is_not_a_decision() -> None:
-    from editserver.model.infer.rules import informative
+    from editserver.model.infer.unmasking import informative
 
     tok = torch.tensor([[EOT, EOT, EOT, EOT], [EOT, 7, EOT, EOT]])
     conf = torch.tensor([[0.25, 0.5, 0.75, 1.0], [0.25, 0.5, 0.75, 1.0]])

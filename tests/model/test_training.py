@@ -9,8 +9,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from editserver.model.infer.checkpoint import load_checkpoint, save_checkpoint
+from editserver.model.infer.checkpoint import save_checkpoint
 from editserver.model.infer.config import PRESETS, InferenceConfig, ModelConfig
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.tokenizer import train_tokenizer
 from editserver.model.infer.transformer import Transformer
 from editserver.model.train.data import RowBuilder, RowStore

@@ -42,7 +42,7 @@ from difflib import SequenceMatcher
 import torch
 from torch import Tensor
 
-from editserver.model.infer.rules import first_true
+from editserver.model.infer.unmasking import first_true
 from editserver.protocol.prompt import CURSOR, EDIT_CLOSE, EDIT_OPEN, HIST_CLOSE, HIST_OPEN, strip_one_newline
 
 _WORD = re.compile(r"\w+")

@@ -39,7 +39,7 @@ Design decisions:
   int8 or packed, model/infer/quant.py) changes the weights, not the engine.
 - ``complete_batch`` decodes several same-kind requests in one batch (rows padded, key-padding
   masked); ``complete`` is the batch of one. ``open(plan)`` starts such a batch that requests can
-  join while it runs, at its block boundaries (model/infer/running.py), each answer
+  join while it runs, at its block boundaries (model/infer/joinable.py), each answer
   delivered as soon as its request is done: the server's scheduler (server/scheduler.py).
 - A single-line FIM request (its stops include "\n") is also decoded on the checkpoint's
   ``line_canvases`` shorter than its own canvas, as extra rows of the same batch, and the answer the
@@ -48,12 +48,12 @@ Design decisions:
   canvas length is a length prior, and the best length differs per line (docs/experiments.md). Each
   row keeps its own canvas, so the extra rows do not change the request's own row (sampler.py). A
   row ends as soon as another row of its request has finished with a likelihood its committed start
-  already falls below (model/infer/ensemble.py): it could not win, so that saves steps and changes no answer.
+  already falls below (model/infer/early_stop.py): it could not win, so that saves steps and changes no answer.
 - A FIM row also ends once the shared trimming (protocol/postprocess.py ``settled``) has cut its
   committed text for good (a dedent out of the hole, a repeated line, runaway repetition): what it
   would write next is never shown, so a runaway answer costs what its trimmed text costs, whatever
   ``max_tokens`` says. The raw text is then the committed start; the shown text is the same.
-- A single-line FIM request also gets its effort's step budget (``line_steps``, rules.StepBudget):
+- A single-line FIM request also gets its effort's step budget (``line_steps``, unmasking.StepBudget):
   each block takes at most that many steps, the last committing whatever is still masked. Multi-line
   requests keep no budget (a 32-token block of code in 4 steps would be 8 tokens a step, far past
   what one line's measurements cover), so they plan, and batch, apart.
@@ -79,16 +79,16 @@ from pathlib import Path
 import torch
 
 from editserver.model.infer import lengths, quant
-from editserver.model.infer.cache import Rows
-from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint
+from editserver.model.infer.checkpoint import Checkpoint
 from editserver.model.infer.draft import draft_region, step_drafts
-from editserver.model.infer.ensemble import done_hook
+from editserver.model.infer.early_stop import done_hook
+from editserver.model.infer.joinable import Running
 from editserver.model.infer.layout import layout_for
+from editserver.model.infer.loader import load_checkpoint
+from editserver.model.infer.loop_types import Hooks, Member, SampleResult, Tokens
 from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
 from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
 from editserver.model.infer.requests import Completion, EditRequest, FimRequest, SamplingOptions
-from editserver.model.infer.running import Running
-from editserver.model.infer.sampler import Hooks, Member, SampleResult
 from editserver.model.infer.scoring import aggregate, layout_only
 from editserver.model.infer.transformer import ContextTooLongError
 from editserver.protocol.postprocess import settled
@@ -272,7 +272,10 @@ class Engine:
 
     def open(self, plan: DecodePlan) -> Running:
         """A decode of requests planned ``plan`` that more can join while it runs (``Running``)."""
-        return Running(self, plan)
+        # read at every decode, not once at load: ``self.inference`` may be replaced (server overrides)
+        self.model.draft_bias = self.inference.draft_bias
+        tokens = Tokens(self.tok.mask_id, self.tok.eot_id, tuple(self.suppressed_ids()))
+        return Running(self.model, plan, tokens, self.device, self.plan, self._member)
 
     def _member(self, req: FimRequest | EditRequest, plan: DecodePlan, deliver: Callable) -> Member:
         """The rows of one request (its own canvas first, then its extra one-line canvases) as a member
@@ -298,7 +301,8 @@ class Engine:
             deliver(max(outs, key=line_likelihood))
 
         hooks = self._hooks(rows, contexts, [list(range(len(rows)))])
-        return Member(self._rows(contexts, canvas_lens, suffixes), canvas_len, first, hooks, done)
+        decode_rows = self.layout.rows(contexts, suffixes, canvas_lens, self.inference, self.device)
+        return Member(decode_rows, canvas_len, first, hooks, done)
 
     def _layout(self, reqs: list[FimRequest | EditRequest]) -> tuple[list, list, list[int], list, list[int]]:
         """Each row's context ids, suffix ids (or None), canvas length, parsed edit prompt (None for
@@ -319,10 +323,6 @@ class Engine:
             parsed.append(p)
             dropped.append(d)
         return contexts, suffixes, canvas_lens, parsed, dropped
-
-    def _rows(self, contexts: list[list[int]], canvas_lens: list[int], suffixes: list | None = None) -> Rows:
-        suffixes = suffixes if suffixes is not None else [None] * len(contexts)
-        return self.layout.rows(contexts, suffixes, canvas_lens, self.inference, self.device)
 
     @staticmethod
     def _ends(reqs: list) -> list:
@@ -423,12 +423,6 @@ class Engine:
         (the tokenizer's ``turn_end_ids``; decoding cuts the text there)."""
         allowed = {self.tok.eot_id, *getattr(self.tok, "turn_end_ids", ())}
         return [i for i in self.tok.special_ids.values() if i not in allowed]
-
-    def middle_ce(self, req: FimRequest, middle: str, left_to_right: bool = False) -> float:
-        """Mean cross-entropy (nats/token) of ``middle`` and its end (model/infer/middle_ce.py)."""
-        from editserver.model.infer.middle_ce import middle_ce
-
-        return middle_ce(self, req, middle, left_to_right)
 
     @staticmethod
     def _scored(res, i: int, n: int, confs: list[float]) -> list[float]:

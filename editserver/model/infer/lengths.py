@@ -61,7 +61,7 @@ def complete(
         groups.append(list(range(len(rows), len(rows) + len(ns))))
         rows += [dataclasses.replace(r, max_tokens=n) for n in ns]
     # each row its own group: the single-line canvases' early end for a row that can no longer win on
-    # likelihood (model/infer/ensemble.py) would mark a cut-off row as ended, which this pick prefers
+    # likelihood (model/infer/early_stop.py) would mark a cut-off row as ended, which this pick prefers
     outs = decode(rows, [[j] for j in range(len(rows))])
     # an answer that ended beats one cut off by its canvas (whose likelihood lacks its end's cost);
     # max keeps the first of equals: a tie goes to the longest canvas

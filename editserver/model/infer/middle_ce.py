@@ -9,6 +9,9 @@ Design decisions:
 - Scored over the tokens the sampler may propose (never the mask or a layout tag), through the
   engine's own layout and, for in-place families, their exact cache policy, so it measures what
   decoding sees.
+- A function of a loaded engine's public pieces (its model, tokenizer, layout, settings and FIM
+  layout), not a method of ``Engine``: only a benchmark (``editserver bench fim``) and the tests ask
+  for it, and the engine never imports it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import torch
 from editserver.model.infer.layout import InPlaceLayout
 
 if TYPE_CHECKING:
-    from editserver.model.infer.engine import Engine, FimRequest
+    from editserver.model.infer.engine import Engine
+    from editserver.model.infer.requests import FimRequest
 
 
 @torch.no_grad()
@@ -64,7 +68,8 @@ def _in_place(engine: Engine, req: FimRequest, middle: str, n: int, left_to_righ
     canvases = [target[:k] + [mask] * (n - k) for k in range(T)] if left_to_right else [[mask] * n]
     R = len(canvases)
     policy = engine.layout.exact_cache
-    state = policy.prepare(engine.model, engine._rows([ctx] * R, [n] * R, [suf] * R))
+    rows = engine.layout.rows([ctx] * R, [suf] * R, [n] * R, engine.inference, engine.device)
+    state = policy.prepare(engine.model, rows)
     want = torch.zeros((R, n), dtype=torch.bool, device=engine.device)  # [R, n]
     if left_to_right:
         want[torch.arange(T), torch.arange(T)] = True

@@ -7,7 +7,7 @@ Design decisions:
   effort or ``default_effort``, and every setting below follows from that one effort.
 - A plan is a frozen, hashable dataclass. Requests with equal plans decode in one batch and get the
   answers they would get alone, so the plan is the scheduler's batch key.
-- The pieces are small objects, not string flags: the unmasking rule (model/infer/rules.py), the cache
+- The pieces are small objects, not string flags: the unmasking rule (model/infer/unmasking.py), the cache
   policy (model/infer/cache.py, chosen by the model family), and plain numbers for the block, the
   extra one-line canvases and sampling.
 - One-line FIM requests (their stops include a newline) are a kind of their own ("line"): they get the
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from editserver.model.infer.cache import CachePolicy
 from editserver.model.infer.config import EffortPreset, InferenceConfig
-from editserver.model.infer.rules import (
+from editserver.model.infer.unmasking import (
     JointRule,
     LeftmostRule,
     PublishedRule,
@@ -57,7 +57,7 @@ class DecodePlan:
     fixed_canvas: bool = False  # the whole canvas from the first step (a published loop's), never grown
 
 
-# an open family's published loop: (order by entropy, block size); model/infer/rules.py PublishedRule
+# an open family's published loop: (order by entropy, block size); model/infer/unmasking.py PublishedRule
 PUBLISHED = {"dream": (True, 1 << 20), "open-dcoder": (True, 1 << 20), "llada": (False, 32)}
 
 

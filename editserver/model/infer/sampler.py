@@ -4,12 +4,12 @@ The reverse process of masked diffusion starts from a canvas of ``<|mask|>`` tok
 step, predicts all masked tokens at once, keeping (unmasking) some of them (LLaDA, Nie et al. 2025,
 Alg. 2 with low-confidence remasking). Design decisions:
 - Everything variable is a piece of the plan (model/infer/plan.py): the unmasking rule
-  (model/infer/rules.py), the cache policy (model/infer/cache.py), the block size, sampling. The loop
+  (model/infer/unmasking.py), the cache policy (model/infer/cache.py), the block size, sampling. The loop
   never branches on the model family or on the request kind.
 - ``step`` is one model call and one rule decision; ``Decode.run`` runs blocks of steps and applies
-  them (``denoise`` is a decode of one caller). Callers observe it through ``Hooks``: ``observe`` sees the canvas after every step (streaming,
-  recording), ``done`` ends rows early (a stop sequence in the committed text, an ensemble row that can
-  no longer win), ``draft`` gives a ``canvas_draft`` model its region tokens, ``should_stop`` cancels.
+  them (``denoise`` is a decode of one caller). This module is the loop only: what it takes and gives
+  (a caller's ``Member`` and its ``Hooks``, ``Tokens``, ``SampleResult``) and its state (``Canvas``)
+  are plain data in model/infer/loop_types.py, which says what each hook may do.
 - Semi-autoregressive blocks: the canvas is decoded block by block, left to right; inside a block
   tokens are unmasked in parallel. Later blocks stay masked while an earlier one is decoded.
 - The canvas grows: it starts ``first_width`` positions wide (each row at most its own canvas length)
@@ -39,57 +39,15 @@ Alg. 2 with low-confidence remasking). Design decisions:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import torch
 
 from editserver.model.infer import ops
 from editserver.model.infer.cache import Rows
+from editserver.model.infer.loop_types import Canvas, Hooks, Member, SampleResult, Tokens
 from editserver.model.infer.plan import DecodePlan, Sampling
-from editserver.model.infer.rules import fill_after_eot, first_true, informative
-
-
-@dataclass
-class Hooks:
-    """How a caller watches and steers a decode; every hook is optional."""
-
-    observe: Callable[[torch.Tensor], None] | None = None  # canvas [B, N] after each step
-    # (canvas [B, N], fixed [B, N], conf [B, N]) -> [B] bool: rows to end now
-    done: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-    # (canvas [B, N], fixed [B, N]) -> [B, N] region token per position (-1: none)
-    draft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-    should_stop: Callable[[], bool] | None = None
-
-
-@dataclass(frozen=True)
-class Tokens:
-    mask_id: int
-    eot_id: int
-    suppress_ids: tuple[int, ...] = ()  # never proposed (layout tags)
-
-
-@dataclass
-class SampleResult:
-    tokens: torch.Tensor  # [B, N]; end-of-text after each row's answer
-    confidences: torch.Tensor  # [B, N]; probability of each token when it was committed
-    lengths: torch.Tensor  # [B]; tokens before the first end-of-text
-    steps: int  # denoising steps (model calls over the canvas)
-    model_calls: int  # steps plus context passes
-    finished: torch.Tensor  # [B] bool; True when the row reached end-of-text
-    cancelled: bool = False
-    row_steps: int = 0  # canvas rows the steps computed
-    width: int = 0  # how wide the canvas grew
-
-
-@dataclass
-class Canvas:
-    """The loop's state: every position's token, whether it is committed, and its confidence."""
-
-    tokens: torch.Tensor  # [B, N]
-    fixed: torch.Tensor  # [B, N] bool
-    conf: torch.Tensor  # [B, N] probability when committed (1 where filled with end-of-text)
-    prev: torch.Tensor  # [B, N] last step's prediction at still-masked positions; -1: none
-    real: torch.Tensor  # [B, N] bool: positions of each row's own canvas
+from editserver.model.infer.unmasking import fill_after_eot, first_true, informative
 
 
 def choose_tokens(
@@ -192,30 +150,6 @@ def _apply(
             c.tokens[fill], c.conf[fill] = eot, 1.0
             c.fixed |= ended[:, None]
     c.conf[fill_after_eot(c.tokens, c.fixed, eot)] = 1.0
-
-
-@dataclass
-class Member:
-    """One caller's rows in a decode (a request and its extra one-line canvases), decoded as if alone:
-    its hooks see its rows and canvas only, and ``on_done`` gets its result once its rows are done."""
-
-    rows: Rows  # its rows, in its own canvas coordinates
-    canvas_len: int  # N of its canvas; ``rows.canvas_lens[b]`` for row b
-    first_width: int | None = None  # its canvas's first width (None: all of it at once)
-    hooks: Hooks = field(default_factory=Hooks)
-    on_done: Callable[[Member], None] | None = None
-    result: SampleResult | None = None
-    # set by the decode: its first row, its canvas start (the block it joined at), its counts
-    at: int = 0
-    offset: int = 0
-    steps: int = 0
-    row_steps: int = 0
-    calls: int = 0
-    cancelled: bool = False
-
-    @property
-    def size(self) -> int:
-        return self.rows.context.shape[0]
 
 
 def _pad_columns(c: Canvas, n: int, mask_id: int) -> Canvas:

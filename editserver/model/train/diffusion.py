@@ -54,8 +54,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from editserver.model.infer.rules import first_true
 from editserver.model.infer.transformer import Transformer
+from editserver.model.infer.unmasking import first_true
 
 
 def sample_t(batch: int, generator: torch.Generator, t_min: float = 1e-3) -> torch.Tensor:

@@ -52,7 +52,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from editserver.model.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from editserver.model.infer.checkpoint import Checkpoint, save_checkpoint
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.tokenizer import Tokenizer
 from editserver.model.infer.transformer import Transformer
 from editserver.model.train.data import Row, RowBuilder, RowStore

@@ -50,10 +50,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from editserver.model.infer.cache import _read, in_place
-from editserver.model.infer.checkpoint import load_checkpoint, serving_dtype
+from editserver.model.infer.checkpoint import serving_dtype
 from editserver.model.infer.hf.families import renamer
 from editserver.model.infer.hf.loader import INDEX, WEIGHTS, shard_files
 from editserver.model.infer.layout import InPlaceLayout, layout_for
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.train.kto import ANSWER_PAD, AlignConfig, Aligner, examples_digest
 from editserver.model.train.kto_data import Example
 from editserver.model.train.kto_objective import shared_masks

@@ -55,9 +55,10 @@ import torch
 from tqdm import tqdm
 
 from editserver.model.infer.checkpoint import bf16_native as bf16_supported
-from editserver.model.infer.checkpoint import load_checkpoint, save_checkpoint
+from editserver.model.infer.checkpoint import save_checkpoint
 from editserver.model.infer.config import PRESETS, InferenceConfig, ModelConfig
 from editserver.model.infer.draft import align_draft, draft_region
+from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.tokenizer import Tokenizer
 from editserver.model.infer.transformer import Transformer
 from editserver.model.train.config import TrainConfig

@@ -1,9 +1,10 @@
 """Open-weight diffusion code models from a Hugging Face directory (Dream, Open-dCoder, LLaDA families).
 
 Design decisions:
-- ``load_open_checkpoint(dir)`` returns the same ``Checkpoint`` our own models load into, with a
-  family name and an ``InferenceConfig`` of defaults, so the engine, the server, the replay and the
-  benchmarks take either without knowing which.
+- ``load_open_checkpoint(dir)`` returns the same ``Checkpoint`` (model/infer/checkpoint.py) our own
+  models load into, with a family name and an ``InferenceConfig`` of defaults, so the engine, the
+  server, the replay and the benchmarks take either without knowing which. model/infer/loader.py's
+  ``load_checkpoint`` picks this loader for a directory ``is_open_dir`` accepts.
 - The context served is the config's ``max_position_embeddings`` capped by the server's
   ``max_context`` (32K when not given); a cap above the model's own is allowed, a model longer than
   the cap is served at the cap, and a cap below 1 is an error.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from editserver.model.infer.checkpoint import Checkpoint
 from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig
 from editserver.model.infer.hf.families import UnsupportedModelError, detect
 from editserver.model.infer.hf.loader import load_weights, shard_files
@@ -58,11 +60,9 @@ def load_open_checkpoint(
     dtype: torch.dtype,
     max_context: int | None = None,
     chat_template: str = "auto",
-):
+) -> Checkpoint:
     """The directory as a ``Checkpoint``; ``chat_template``: ``auto`` (the directory's, none for a base
     checkpoint), ``none`` or a template file (model/infer/hf/tokenizer.py)."""
-    from editserver.model.infer.checkpoint import Checkpoint
-
     if max_context is not None and max_context < 1:
         raise ValueError(f"max_context must be at least 1, got {max_context}")
     if not (d / "config.json").is_file():

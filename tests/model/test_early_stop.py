@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
+from editserver.model.infer.early_stop import outscored
 from editserver.model.infer.engine import Engine, FimRequest, SamplingOptions, line_likelihood
-from editserver.model.infer.ensemble import outscored
 
 EOT, M = 0, 9  # end-of-text and a stand-in for an undecided position's token
 

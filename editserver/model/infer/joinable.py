@@ -1,10 +1,14 @@
 """A decode that requests can join while it runs: the engine's side of step-level admission.
 
 Design decisions:
-- ``Engine.open(plan)`` returns a ``Running``; ``join`` turns a request into its rows (the engine's
-  ``_member``: layout, hooks, and the completion built when its rows are done) and adds them to the
-  one denoising loop (model/infer/sampler.py ``Decode``); ``run`` decodes to the end, calling an
-  ``admit`` hook at each block boundary. ``Engine.complete_batch`` is a ``Running`` that nobody joins.
+- ``Engine.open(plan)`` returns a ``Running``; ``join`` turns a request into its rows with the
+  ``member`` function it was given (the engine's: layout, hooks, and the completion built when its
+  rows are done) and adds them to the one denoising loop (model/infer/sampler.py ``Decode``); ``run``
+  decodes to the end, calling an ``admit`` hook at each block boundary. ``Engine.complete_batch`` is
+  a ``Running`` that nobody joins.
+- It takes the pieces it needs as plain values and functions (the model, the tokens never proposed,
+  the device, how a request plans and how it becomes rows), never the engine, so it knows nothing of
+  requests beyond handing them to those functions, and the engine imports it, not the reverse.
 - Only greedy plans take joiners once running: sampled rows draw from one shared ``torch.Generator``,
   so a joiner would change its neighbours' draws.
 """
@@ -16,29 +20,41 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from editserver.model.infer.loop_types import Member, Tokens
 from editserver.model.infer.plan import DecodePlan
-from editserver.model.infer.sampler import Decode, Tokens
+from editserver.model.infer.sampler import Decode
 
 if TYPE_CHECKING:
-    from editserver.model.infer.engine import Completion, EditRequest, Engine, FimRequest
+    from editserver.model.infer.checkpoint import ServedModel
+    from editserver.model.infer.requests import Completion, EditRequest, FimRequest
+
+    Request = FimRequest | EditRequest
 
 
 class Running:
     """A decode of requests of one plan that more can join at its block boundaries (model/infer/
     sampler.py ``Decode``): each request's answer goes to its ``deliver`` as soon as its rows are done,
     and equals its answer alone. Greedy plans only take joiners (``Running.admits``): sampled rows
-    share one ``torch.Generator``, so a joiner would change its neighbours' draws."""
+    share one ``torch.Generator``, so a joiner would change its neighbours' draws.
 
-    def __init__(self, engine: Engine, plan: DecodePlan):
-        self.engine, self.plan = engine, plan
-        # read at every decode, not once at load: ``engine.inference`` may be replaced (server overrides)
-        engine.model.draft_bias = engine.inference.draft_bias
-        tok = engine.tok
+    ``plan_of(req)`` is the request's decode plan (a joiner must have this decode's); ``member(req,
+    plan, deliver)`` its rows as a member of the decode (model/infer/loop_types.py ``Member``)."""
+
+    def __init__(
+        self,
+        model: ServedModel,
+        plan: DecodePlan,
+        tokens: Tokens,
+        device: str,
+        plan_of: Callable[[Request], DecodePlan],
+        member: Callable[[Request, DecodePlan, Callable[[Completion], None]], Member],
+    ):
+        self.plan, self.plan_of, self.member = plan, plan_of, member
         self.decode = Decode(
-            engine.model,
+            model,
             plan,
-            Tokens(tok.mask_id, tok.eot_id, tuple(engine.suppressed_ids())),
-            generator=torch.Generator(device=engine.device).manual_seed(plan.sampling.seed),
+            tokens,
+            generator=torch.Generator(device=device).manual_seed(plan.sampling.seed),
         )
 
     @property
@@ -58,14 +74,14 @@ class Running:
     def steps(self) -> int:
         return self.decode.steps
 
-    def join(self, req: FimRequest | EditRequest, deliver: Callable[[Completion], None]) -> None:
+    def join(self, req: Request, deliver: Callable[[Completion], None]) -> None:
         """Add ``req``; ValueError (ContextTooLongError, PromptError) when it cannot join, the decode
         unchanged. Once running, only at a block boundary (inside ``run``'s ``admit``)."""
-        if self.engine.plan(req) != self.plan:
+        if self.plan_of(req) != self.plan:
             raise ValueError("a batch holds requests of one decode plan")
         if self.decode.running and not self.admits:
             raise ValueError("a sampled decode takes no requests once it runs")
-        self.decode.join(self.engine._member(req, self.plan, deliver))
+        self.decode.join(self.member(req, self.plan, deliver))
 
     def run(self, admit: Callable[[Running], None] | None = None) -> None:
         """Decode to the end; ``admit(self)`` at each block boundary may ``join`` more requests."""

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from editserver.model.infer.rules import first_true
+from editserver.model.infer.unmasking import first_true
 
 
 def outscored(
