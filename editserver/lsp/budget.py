@@ -274,6 +274,26 @@ class _Drops:
         )
 
 
+def tail_chars(text: str, limit: int) -> str:
+    """The last ``limit`` characters of ``text``, from a line start where one falls inside them
+    (the prompt's context above a region, a FIM prefix)."""
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    nl = cut.find("\n")
+    return cut[nl + 1 :] if 0 <= nl < len(cut) - 1 else cut
+
+
+def head_chars(text: str, limit: int) -> str:
+    """The first ``limit`` characters of ``text``, to a line end where one falls inside them (the
+    context below a region, a FIM suffix)."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    nl = cut.rfind("\n")
+    return cut[: nl + 1] if nl > 0 else cut
+
+
 # ---- FIM -----------------------------------------------------------------------------------------
 def fit_fim(prefix: str, suffix: str, max_tokens: int, limits: Limits) -> tuple[str, str]:
     """``prefix`` and ``suffix`` within the context less the canvas, their far ends cut first: the

@@ -19,14 +19,13 @@ Design decisions:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pygls.uris import from_fs_path, to_fs_path
+from pygls.uris import from_fs_path
 
-from editserver.lsp.documents import Document
+from editserver.lsp.documents import Document, uri_to_path
 from editserver.lsp.privacy import match
 from editserver.lsp.symbols import _uses, extract
 from editserver.lsp.treesitter import ParsedDocument, Region, grammar_name, regions_at
@@ -49,13 +48,6 @@ class OtherFile:
     keys: set[str]  # what its uses are named: the local name, or "ns.name" for a module imported whole
 
 
-def fs_path(uri: str) -> str:
-    try:
-        return os.path.realpath(to_fs_path(uri) or uri)
-    except Exception:
-        return uri
-
-
 def followed_names(
     ls: EditLanguageServer, doc: Document, removed: set[str], added: set[str], called: set[str]
 ) -> set[str]:
@@ -63,7 +55,7 @@ def followed_names(
     index = ls.index
     if index is None or not ls.settings.cross_file or not (removed or called):
         return set()
-    path = fs_path(doc.uri)
+    path = uri_to_path(doc.uri, real=True)
     grammar = grammar_name(doc.language_id, doc.uri)
     if not index.within(path) or grammar is None:
         return set()
@@ -93,7 +85,7 @@ def plan_other_files(ls: EditLanguageServer, doc: Document, names: set[str]) -> 
     s, index = ls.settings, ls.index
     if index is None or not names:
         return []
-    path = fs_path(doc.uri)
+    path = uri_to_path(doc.uri, real=True)
     found: dict[str, tuple[int, set[str]]] = {}  # importing file -> (distance, keys its uses are under)
     for name in sorted(names):
         for imp in index.importers(path, name):

@@ -15,11 +15,24 @@ Design decisions:
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
+from pygls.uris import to_fs_path
+
 UTF8, UTF16, UTF32 = "utf-8", "utf-16", "utf-32"
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def uri_to_path(uri: str, real: bool = False) -> str:
+    """The file path a ``file:`` URI names (with ``real``: through links, as the index keys files);
+    any other URI, or one that does not parse, as given (an ``untitled:`` buffer keeps its URI)."""
+    try:
+        path = to_fs_path(uri) or uri
+        return os.path.realpath(path) if real else path
+    except Exception:
+        return uri
 
 
 def _units(ch: str, encoding: str) -> int:

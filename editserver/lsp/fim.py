@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from editserver.lsp.budget import fit_fim
+from editserver.lsp.budget import fit_fim, head_chars, tail_chars
 from editserver.lsp.documents import Document
 from editserver.lsp.treesitter import definitions_for, grammar_name
 from editserver.protocol.postprocess import indent_style, multiline_allowed, postprocess
@@ -50,22 +50,6 @@ def context_header(language: str, snippets: list[tuple[str, str]], budget: int) 
         out.append(block)
         used += len(block)
     return "".join(out) + ("\n" if out else "")
-
-
-def clip_prefix(prefix: str, budget: int) -> str:
-    if len(prefix) <= budget:
-        return prefix
-    cut = prefix[-budget:]
-    nl = cut.find("\n")
-    return cut[nl + 1 :] if 0 <= nl < len(cut) - 1 else cut
-
-
-def clip_suffix(suffix: str, budget: int) -> str:
-    if len(suffix) <= budget:
-        return suffix
-    cut = suffix[:budget]
-    nl = cut.rfind("\n")
-    return cut[: nl + 1] if nl > 0 else cut
 
 
 @dataclass
@@ -144,7 +128,7 @@ async def answer(
     line, _ = doc.position_at(offset)
     line_start, _ = doc.line_bounds(line)
     line_prefix = doc.text[line_start:offset]
-    model_prefix = clip_prefix(prefix, s.fim_prefix_chars)
+    model_prefix = tail_chars(prefix, s.fim_prefix_chars)
     parsed = ls.parsed.get(doc.uri)
     if parsed is not None and len(model_prefix) < s.fim_prefix_chars:
         names = {
@@ -154,7 +138,7 @@ async def answer(
         }
         defs = definitions_for(names, ls.others(doc.uri))
         model_prefix = context_header(grammar, defs, s.fim_prefix_chars - len(model_prefix)) + model_prefix
-    model_suffix = clip_suffix(suffix, s.fim_suffix_chars)
+    model_suffix = head_chars(suffix, s.fim_suffix_chars)
     multi = multiline_allowed(line_prefix, suffix.split("\n", 1)[0], grammar)
     stop = ["\n\n\n"] if multi else ["\n"]
     max_tokens = s.fim_max_tokens if multi else s.fim_line_max_tokens

@@ -32,7 +32,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.uris import to_fs_path
 
-from editserver.lsp.crossfile import fs_path
+from editserver.lsp.documents import uri_to_path
 from editserver.lsp.index import WorkspaceIndex
 from editserver.lsp.treesitter import _EXT
 
@@ -51,9 +51,12 @@ WATCH_GLOB = "**/*.{" + ",".join(sorted(e[1:] for e in _EXT)) + "}"
 def workspace_roots(params: types.InitializeParams) -> list[str]:
     """Folders to index: the workspace folders, else the root."""
     folders = [to_fs_path(f.uri) for f in params.workspace_folders or []]
-    if not folders:
-        folders = [(to_fs_path(params.root_uri) if params.root_uri else params.root_path) or ""]
-    return [f for f in folders if f]
+    return [f for f in folders or [workspace_root(params)] if f]
+
+
+def workspace_root(params: types.InitializeParams) -> str:
+    """The root the client names (``rootUri``, else the older ``rootPath``); "" when it names none."""
+    return (to_fs_path(params.root_uri) if params.root_uri else params.root_path) or ""
 
 
 @dataclass
@@ -92,7 +95,7 @@ def _unchanged(ls: EditLanguageServer, r) -> str | None:
     if open_doc is not None:
         return None if open_doc.text == r.ask.doc.text else "the file changed since the edit was computed"
     try:
-        now = Path(fs_path(uri)).read_text(encoding="utf-8")
+        now = Path(uri_to_path(uri, real=True)).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return "the file is gone"
     return None if now == r.ask.doc.text else "the file changed on disk since the edit was computed"
@@ -192,7 +195,7 @@ def register_workspace(ls: EditLanguageServer) -> None:
     def did_change_watched_files(params: types.DidChangeWatchedFilesParams) -> None:
         if ls.index is not None:
             for ch in params.changes:
-                ls.index.update(fs_path(ch.uri))
+                ls.index.update(uri_to_path(ch.uri))
 
     @ls.feature(APPLY_EDITS)
     async def apply(params: Any) -> dict:

@@ -215,11 +215,7 @@ def plan_in_file(
     taken: list[Region] = [here]
     for names, reason in ((renamed, "occurrence"), (called - renamed, "call")):
         found = candidate_regions(doc, parsed, names, here, s.max_candidates, s.candidate_max_lines)
-        found = [
-            r
-            for r in found
-            if not any(r.first_line <= o.last_line and r.last_line >= o.first_line for o in taken)
-        ]
+        found = [r for r in found if not any(r.overlaps(o) for o in taken)]
         for r in sorted(found, key=lambda r: (abs(r.first_line - edit_line), r.first_line)):
             if len(out) >= s.max_candidates:
                 break
@@ -228,7 +224,7 @@ def plan_in_file(
     if include_cursor or not out:
         line, _ = doc.position_at(cursor)
         main = snap_region(doc, parsed, line, s.region_min_lines, s.region_max_lines)
-        if not any(main.first_line <= r.last_line and main.last_line >= r.first_line for r, _ in out):
+        if not any(main.overlaps(r) for r, _ in out):
             out.append((main, cursor))
     return out
 

@@ -23,7 +23,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from editserver.lsp.budget import DEFAULT_LIMITS, Limits, fit_edit_prompt
+from editserver.lsp.budget import DEFAULT_LIMITS, Limits, fit_edit_prompt, head_chars, tail_chars
 from editserver.lsp.documents import Document
 from editserver.lsp.treesitter import Region
 from editserver.protocol.prompt import EditPrompt, Snippet, build_prompt
@@ -70,10 +70,10 @@ def build_region_prompt(
     region_text = doc.text[start:end]
     p = EditPrompt(
         file_path=path,
-        above=_tail(doc.text[above_start:start], CONTEXT_CHARS),
+        above=tail_chars(doc.text[above_start:start], CONTEXT_CHARS),
         region=region_text,
         cursor=max(0, min(cursor - start, len(region_text))),
-        below=_head(doc.text[end:below_end], CONTEXT_CHARS),
+        below=head_chars(doc.text[end:below_end], CONTEXT_CHARS),
         snippets=snippets,
         history=history,
     )
@@ -84,24 +84,6 @@ def build_region_prompt(
 def region_too_long(doc: Document, region: Region) -> bool:
     start, end = region_offsets(doc, region)
     return end - start > REGION_CHARS
-
-
-def _tail(text: str, limit: int) -> str:
-    """The last ``limit`` characters, from a line start where one falls inside them."""
-    if len(text) <= limit:
-        return text
-    cut = text[-limit:]
-    nl = cut.find("\n")
-    return cut[nl + 1 :] if 0 <= nl < len(cut) - 1 else cut
-
-
-def _head(text: str, limit: int) -> str:
-    """The first ``limit`` characters, to a line end where one falls inside them."""
-    if len(text) <= limit:
-        return text
-    cut = text[:limit]
-    nl = cut.rfind("\n")
-    return cut[: nl + 1] if nl > 0 else cut
 
 
 def _splits_word(a: str, i: int, b: str, j: int) -> bool:

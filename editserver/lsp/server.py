@@ -40,13 +40,12 @@ from pygls.protocol import (
     default_converter,
 )
 from pygls.protocol.language_server import lsp_method
-from pygls.uris import to_fs_path
 
 from editserver.lsp import fim
-from editserver.lsp.documents import UTF8, UTF16, UTF32, DocumentStore
+from editserver.lsp.documents import UTF8, UTF16, UTF32, DocumentStore, uri_to_path
 from editserver.lsp.edit_requests import register_next_edit
 from editserver.lsp.history import EditHistory, RecentlyViewed
-from editserver.lsp.indexing import Offered, register_workspace, start_index, workspace_roots
+from editserver.lsp.indexing import Offered, register_workspace, start_index, workspace_root, workspace_roots
 from editserver.lsp.model_client import DISABLED, READY, ModelClient, short
 from editserver.lsp.privacy import Exclusions
 from editserver.lsp.settings import Settings, parse_settings, settings_from_change
@@ -141,11 +140,8 @@ class EditLanguageServer(LanguageServer):
     def check_excluded(self, uri: str) -> str | None:
         """Whether excludeFiles keeps the open document ``uri`` out; an excluded one is forgotten by
         the edit history and the recently viewed snippets (it may have been in them before)."""
-        try:
-            full = to_fs_path(uri) or uri
-        except Exception:
-            full = uri
-        pattern = self.excluded.check(uri, (self.path_of(uri), full), self.settings.excluded_patterns)
+        paths = (self.path_of(uri), uri_to_path(uri))
+        pattern = self.excluded.check(uri, paths, self.settings.excluded_patterns)
         if pattern is not None:
             self.history.forget(uri)
             self.viewed.forget(uri)
@@ -207,10 +203,7 @@ class EditLanguageServer(LanguageServer):
         return out
 
     def path_of(self, uri: str) -> str:
-        try:
-            path = to_fs_path(uri) or uri
-        except Exception:
-            path = uri
+        path = uri_to_path(uri)
         if self.root and path.startswith(self.root.rstrip("/") + "/"):
             return os.path.relpath(path, self.root)
         return path
@@ -265,7 +258,7 @@ def _register_lifecycle(ls: EditLanguageServer) -> None:
         ls.pending_warnings += ls.apply_settings(params.initialization_options, initial=True)
         enc = ls.workspace.position_encoding
         ls.docs.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(str(getattr(enc, "value", enc)), UTF16)
-        ls.root = (to_fs_path(params.root_uri) if params.root_uri else params.root_path) or ""
+        ls.root = workspace_root(params)
         ls.roots = workspace_roots(params)
 
     @ls.feature(types.INITIALIZED)
@@ -349,7 +342,7 @@ def _register_documents(ls: EditLanguageServer) -> None:
     @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(params: types.DidSaveTextDocumentParams) -> None:
         if ls.index is not None:
-            ls.index.update(to_fs_path(params.text_document.uri) or "")
+            ls.index.update(uri_to_path(params.text_document.uri))
 
     @ls.feature("textDocument/didFocus")
     def did_focus(params: Any) -> None:

@@ -288,6 +288,13 @@ class Region:
     def lines(self) -> int:
         return self.last_line - self.first_line + 1
 
+    def __contains__(self, line: int) -> bool:
+        return self.first_line <= line <= self.last_line
+
+    def overlaps(self, other: Region) -> bool:
+        """Whether the two regions share a line."""
+        return self.first_line <= other.last_line and self.last_line >= other.first_line
+
 
 def snap_region(
     doc: Document,
@@ -429,13 +436,13 @@ def regions_at(
     none overlapping another; sorted by line."""
     regions: list[Region] = []
     for row in sorted(set(rows), key=lambda r: (abs(r - exclude.first_line), r)):
-        if exclude.first_line <= row <= exclude.last_line:
+        if row in exclude:
             continue
-        if any(r.first_line <= row <= r.last_line for r in regions):
+        if any(row in r for r in regions):
             continue
         r = snap_region(doc, parsed, row, 1, max_lines, reason=reason)
         # never overlap another region: each candidate is its own place, its edits cannot collide
-        if any(r.first_line <= o.last_line and r.last_line >= o.first_line for o in [exclude, *regions]):
+        if any(r.overlaps(o) for o in [exclude, *regions]):
             r = Region(row, row, reason)
         regions.append(r)
         if len(regions) >= max_regions:
