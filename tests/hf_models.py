@@ -17,6 +17,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from tests.hf_llada_moe import (
+    LLADA_MOE_ADDED,
+    LLADA_MOE_CODE,
+    LLADA_MOE_TEMPLATE,
+    llada_moe_config,
+    write_llada_moe,
+)
+
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
     "import os\n\nfor name in os.listdir('.'):\n    print(name)\n",
@@ -298,6 +306,12 @@ PUBLISHED = {
     ),
     "LLaDA-8B-Instruct": dict(kind="llada", added=LLADA_ADDED, pad="<|endoftext|>", template="config"),
     "LLaDA-1.5": dict(kind="llada", added=LLADA_ADDED, pad="<|endoftext|>", template="config"),
+    "LLaDA-MoE-7B-A1B-Base": dict(
+        kind="llada-moe", added=LLADA_MOE_ADDED, pad="<|endoftext|>", template="config"
+    ),
+    "LLaDA-MoE-7B-A1B-Instruct": dict(
+        kind="llada-moe", added=LLADA_MOE_ADDED, pad="<|endoftext|>", template="config"
+    ),
 }
 
 
@@ -351,7 +365,7 @@ def make_published(root: Path, name: str, *, dim: int = 64, layers: int = 2, ffn
     d = root / name
     d.mkdir(parents=True)
     kind, added = spec["kind"], spec["added"]
-    ids = _published_tokenizer(d, added, slow=kind != "llada", fast=kind != "dream")
+    ids = _published_tokenizer(d, added, slow=kind == "dream", fast=kind != "dream")
     vocab = max(ids.values()) + 1 + 16  # the embedding is padded past the tokenizer, as published
     torch.manual_seed(0)
     if kind == "llada":
@@ -361,6 +375,14 @@ def make_published(root: Path, name: str, *, dim: int = 64, layers: int = 2, ffn
         tcfg = {"bos_token": "<|startoftext|>", "eos_token": "<|eot_id|>", "pad_token": "<|endoftext|>"}
         tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"
         template = LLADA_TEMPLATE
+    elif kind == "llada-moe":
+        raw = llada_moe_config(dim, layers, ffn, vocab, ids)
+        ref = write_llada_moe(d, raw)  # the weights: the reference of tests/model/test_llada_moe.py
+        code = LLADA_MOE_CODE
+        tcfg = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
+        tcfg.update(mask_token="<|mask|>", cls_token="[CLS]", add_bos_token=False)
+        tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+        template = LLADA_MOE_TEMPLATE
     else:
         from transformers import Qwen2Config, Qwen2ForCausalLM
 

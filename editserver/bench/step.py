@@ -22,6 +22,11 @@ Design decisions:
   equal), so with a prefix store (model/infer/prefix.py) each refresh after the warm-up round
   recomputes the typed token, the canvas and, with ``on``, the suffix after it; ``suffix`` reuses
   that too (``--suffix`` sets its length: the cursor's place in the file).
+- ``--shape llada-moe-7b-a1b`` is LLaDA-MoE's mixture of experts (model/infer/hf/moe.py) and
+  ``dense-7b-as-llada-moe`` a dense model of the same total size (one SwiGLU as wide as all 64
+  experts); ``--layers N`` builds fewer layers where the whole model does not fit in memory. For the
+  MoE shape the run also prints what a step's canvas reads of the experts (``expert_reads``): the
+  floor beside it counts every expert, which a 16-row canvas nearly reaches.
 - ``--quantize none,int8`` times the bf16/fp32 weights against weight-only int8 (model/infer/quant.py)
   in the same interleaved rounds, each against its own floor.
 """
@@ -29,6 +34,7 @@ Design decisions:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -36,13 +42,25 @@ import time
 from pathlib import Path
 
 from editserver.bench.kernels import SHAPES, OpShapes
+from editserver.model.infer.hf.moe import MoeSpec
 
 TINY = OpShapes(64, 4, 2, 16, 128, 512, 2)
+# LLaDA-MoE-7B-A1B (docs/open-weights.md: 16 layers, hidden 2048, 16 heads, 64 experts of width 1024,
+# 8 per token, vocabulary 157,184; all but the layer count from third-party notes, consistent with the
+# 14.7 GB bf16 listing) and a dense model of the same total size: one SwiGLU of width 64 x 1024
+MOE_SHAPE = OpShapes(2048, 16, 16, 128, 0, 157_184, 16, norm_eps=1e-5)
+MOE_SHAPES = {
+    "llada-moe-7b-a1b": (MOE_SHAPE, MoeSpec(n_experts=64, top_k=8, expert_dim=1024)),
+    "dense-7b-as-llada-moe": (dataclasses.replace(MOE_SHAPE, ffn_dim=64 * 1024), None),
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("step", help="ms per denoising step of a random open-weight-shaped model")
-    p.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="model shape (default tiny)")
+    p.add_argument(
+        "--shape", choices=["tiny", *SHAPES, *MOE_SHAPES], default="tiny", help="model shape (default tiny)"
+    )
+    p.add_argument("--layers", type=int, default=None, help="build only this many layers (memory)")
     p.add_argument("--batches", default="1,16", help="batch sizes, comma-separated (default 1,16)")
     p.add_argument("--context", type=int, default=512, help="prefix tokens per row (default 512)")
     p.add_argument("--suffix", type=int, default=64, help="suffix tokens per row (default 64)")
@@ -69,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _model(shape: OpShapes, device: str, dtype):
+def _model(shape: OpShapes, device: str, dtype, moe: MoeSpec | None = None):
     import torch
 
     from editserver.model.infer.hf.families import OpenConfig
@@ -82,6 +100,8 @@ def _model(shape: OpShapes, device: str, dtype):
         tie_embeddings=False, max_position_embeddings=32768, shift=True, mask_id=shape.vocab_size - 1,
         max_seq_len=32768,
     )  # fmt: skip
+    if moe is not None:  # LLaDA-MoE: q/k norms, no q/k/v bias, the routed block on every layer
+        cfg = dataclasses.replace(cfg, family="llada-moe", qkv_bias=False, shift=False, qk_norm=True, moe=moe)
     torch.manual_seed(0)
     with torch.device(device):
         model = OpenModel(cfg)
@@ -112,6 +132,44 @@ def weight_bytes(model) -> int:
     # oneDNN-packed weights (model/infer/quant.py PackedLinear) are plain attributes, not buffers
     tensors += [m.packed for m in model.modules() if isinstance(getattr(m, "packed", None), torch.Tensor)]
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def expert_reads(model, canvas: int) -> dict:
+    """What one step's forward over a batch-1 ``canvas``-row span reads of the experts: the distinct
+    experts its rows choose per layer (random weights: a router near uniform, so an upper estimate
+    for a trained, skewed one), their bytes, all experts' bytes, and the uniform expectation
+    E * (1 - (1 - k/E)^canvas) of distinct experts."""
+    import torch
+
+    from editserver.model.infer.hf.moe import MoE
+
+    blocks = [m for m in model.modules() if isinstance(m, MoE)]
+    chosen: list[int] = []
+    hooks = [b.register_forward_hook(lambda b, a, o: chosen.append(b.route(a[0].reshape(-1, a[0].shape[-1]))[1].unique().numel())) for b in blocks]  # fmt: skip
+    ids = torch.randint(0, model.cfg.vocab_size - 2, (1, canvas), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(ids.to(model.embed_tokens.weight.device))
+    for h in hooks:
+        h.remove()
+    spec = blocks[0].spec
+    per_expert = sum(p.numel() * p.element_size() for p in blocks[0].experts[0].parameters())
+    return {
+        "canvas_rows": canvas,
+        "experts": spec.n_experts,
+        "top_k": spec.top_k,
+        "distinct_per_layer": round(sum(chosen) / len(chosen), 2),
+        "uniform_expectation": round(spec.n_experts * (1 - (1 - spec.top_k / spec.n_experts) ** canvas), 2),
+        "expert_bytes_read": sum(chosen) * per_expert,
+        "expert_bytes_total": len(blocks) * spec.n_experts * per_expert,
+    }
+
+
+def expert_line(e: dict) -> str:
+    return (
+        f"experts: a {e['canvas_rows']}-row canvas chooses {e['distinct_per_layer']} of {e['experts']} per layer "
+        f"(uniform routing: {e['uniform_expectation']}); a step reads {e['expert_bytes_read'] / 1e9:.2f} GB of "
+        f"{e['expert_bytes_total'] / 1e9:.2f} GB of experts"
+    )
 
 
 def _decode_ms(
@@ -178,10 +236,12 @@ def run(args: argparse.Namespace) -> int:
         backends = [b for b in backends if b != "triton"]
     from editserver.model.infer.quant import quantize
 
-    shape = TINY if args.shape == "tiny" else SHAPES[args.shape]
+    shape, moe = MOE_SHAPES.get(args.shape, (TINY if args.shape == "tiny" else SHAPES.get(args.shape), None))
+    if args.layers:
+        shape = dataclasses.replace(shape, n_layers=args.layers)
     try:
         quants = [q for q in args.quantize.split(",") if q]
-        models = {q: quantize(_model(shape, device, dtype), q) for q in quants}
+        models = {q: quantize(_model(shape, device, dtype, moe), q) for q in quants}
     except ValueError as e:
         print(f"editserver bench step: error: {e}", file=sys.stderr)
         return 2
@@ -190,6 +250,9 @@ def run(args: argparse.Namespace) -> int:
     out: dict = {"shape": args.shape, "device": device, "dtype": str(dtype), "rows": {}}
     out["bandwidth_gb_s"] = round(bw / 1e9, 2)
     out["floor_ms"] = {q: round(f, 6) for q, f in floors.items()}  # tiny shapes read microseconds
+    if moe is not None:
+        out["experts"] = expert_reads(models[quants[0]], args.canvas)
+        print(expert_line(out["experts"]))
     print(f"bandwidth {bw / 1e9:.1f} GB/s; floor (weight bytes / bandwidth): "
           + ", ".join(f"{q} {f:.1f} ms" for q, f in floors.items()))  # fmt: skip
     from editserver.model.infer.prefix import PrefixStore

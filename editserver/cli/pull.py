@@ -36,7 +36,7 @@ def pull(name: str, revision: str | None = None) -> Path:
     from huggingface_hub.errors import EntryNotFoundError
 
     from editserver.model.infer.hf.loader import INDEX, WEIGHTS
-    from editserver.model.infer.hub import OPTIONAL, PULLABLE
+    from editserver.model.infer.hub import PULLABLE, files_to_try
 
     repo = PULLABLE.get(name)
     if repo is None:
@@ -51,7 +51,7 @@ def pull(name: str, revision: str | None = None) -> Path:
             return None
 
     config = get("config.json")
-    for f in OPTIONAL:
+    for f in files_to_try(name):
         get(f, required=False)
     index = get(INDEX, required=False)
     if index is None:

@@ -25,7 +25,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 class Hub:
     """A fixture directory served as the hub serves ``REPO``; the first GET of ``cut`` stops halfway."""
 
-    def __init__(self, d: Path, cut: str):
+    def __init__(self, d: Path, cut: str | None, repo: str = REPO):
         self.d, self.cut, self.requests = d, cut, []
         hub = self
 
@@ -40,7 +40,7 @@ class Hub:
                 self._serve(body=True)
 
             def _serve(self, body: bool):
-                prefix = f"/{REPO}/resolve/main/"
+                prefix = f"/{repo}/resolve/main/"
                 name = self.path.split("?")[0].removeprefix(prefix)
                 hub.requests.append((self.command, name, self.headers.get("Range")))
                 f = hub.d / name
@@ -142,3 +142,28 @@ def test_pull_errors_are_one_line(hub, tmp_path):
     code = "from editserver.model.infer.loader import load_checkpoint as l; l('open-dcoder-0.5b')"
     never = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert "editserver pull open-dcoder-0.5b" in never.stderr
+
+
+def test_pull_llada_moe_asks_for_the_files_its_publisher_lists(tmp_path):
+    """The LLaDA-MoE names ask for exactly the listed files the loader reads (docs/open-weights.md),
+    never its code, and the pulled directory loads as the llada-moe family."""
+    from editserver.model.infer.hub import PULLABLE
+
+    assert PULLABLE["dreamon-7b"] == "Dream-org/DreamOn-v0-7B"
+    assert PULLABLE["llada-moe-7b-a1b-base"] == "inclusionAI/LLaDA-MoE-7B-A1B-Base"
+    d, _ = make_published(tmp_path / "hub", "LLaDA-MoE-7B-A1B-Instruct")
+    hub = Hub(d, cut=None, repo="inclusionAI/LLaDA-MoE-7B-A1B-Instruct")
+    try:
+        env = _env(hub, tmp_path / "cache")
+        out = _pull(env, "llada-moe-7b-a1b-instruct")
+        assert out.returncode == 0, out.stderr
+        asked = {name for method, name, _ in hub.requests if method == "GET"}
+        listed = {p.name for p in d.iterdir()} - {"configuration_lladamoe.py", "modeling_lladamoe.py"}
+        assert asked == listed
+        code = "from editserver.model.infer.loader import load_checkpoint as l; print(l('llada-moe-7b-a1b-instruct').family)"
+        loaded = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert loaded.returncode == 0 and loaded.stdout.strip() == "llada-moe", loaded.stderr
+    finally:
+        hub.server.shutdown()

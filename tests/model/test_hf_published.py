@@ -34,6 +34,8 @@ EXPECTED = {
     "Open-dCoder-0.5B": ("<|endoftext|>", "<|im_end|>", "<|mask|>"),
     "LLaDA-8B-Instruct": ("<|endoftext|>", "<|eot_id|>", "<|mdm_mask|>"),
     "LLaDA-1.5": ("<|endoftext|>", "<|eot_id|>", "<|mdm_mask|>"),
+    "LLaDA-MoE-7B-A1B-Base": ("<|endoftext|>", "<|role_end|>", "<|mask|>"),
+    "LLaDA-MoE-7B-A1B-Instruct": ("<|endoftext|>", "<|role_end|>", "<|mask|>"),
 }
 
 
@@ -129,7 +131,7 @@ def test_chat_template_renders_as_transformers(published, name):
         for gen in (True, False):
             want = ref.apply_chat_template(chat, tokenize=False, add_generation_prompt=gen)
             assert ours.render_chat(chat, add_generation_prompt=gen) == want
-    if "LLaDA" in name:  # the template's raise_exception surfaces as an error, as in transformers
+    if PUBLISHED[name]["kind"] == "llada":  # its raise_exception surfaces as an error, as in transformers
         with pytest.raises(Exception, match="roles"):
             ours.render_chat([{"role": "tool", "content": "x"}])
 
@@ -196,13 +198,15 @@ def test_answers_fim_and_edit(published, name):
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_infill_layout_and_window_per_family(published, name):
     """BOS before the prefix (Dream, LLaDA), EOS after the suffix (the Dream family, as DreamOn's
-    infilling code), nothing for Open-dCoder; the window is the publisher's evaluated length and an
+    infilling code), nothing for Open-dCoder and LLaDA-MoE; the window is the publisher's evaluated length and an
     explicit max_context raises it."""
     engine = _engine(published[name])
     tok = engine.tok
     pre, suf = "def f(x):\n    return ", "\n\nprint(f(1))\n"
     ctx, tail, dropped = engine.fim_layout(FimRequest(pre, suf), 8)
-    bos, eos = {"Open": (False, False), "LLaDA": (True, False)}.get(name.split("-")[0], (True, True))
+    bos, eos = {"open-dcoder": (False, False), "llada": (True, False), "llada-moe": (False, False)}.get(
+        PUBLISHED[name]["kind"], (True, True)
+    )
     assert ctx == ([tok.bos_id] if bos else []) + tok.encode(pre)
     assert tail == tok.encode(suf) + ([tok.eos_id] if eos else [])
     assert dropped == 0
@@ -214,8 +218,8 @@ def test_infill_layout_and_window_per_family(published, name):
     ctx, tail, dropped = engine.fim_layout(FimRequest(long, suf), 8)
     assert dropped > 0 and len(ctx) + len(tail) + 8 <= window
     assert ctx[-5:] == tok.encode(long)[-5:] and tail == tok.encode(suf) + ([tok.eos_id] if eos else [])
-    wide = Engine.load(published[name], max_context=16384)
-    assert wide.window == 16384 and wide.fim_layout(FimRequest(long, suf), 8)[2] == 0
+    wide = Engine.load(published[name], max_context=8192)
+    assert wide.window == 8192 and wide.fim_layout(FimRequest(long, suf), 8)[2] == 0
 
 
 def test_llada_rotary_in_fp32(published):
@@ -257,6 +261,12 @@ LISTED = {
     },
 }  # fmt: skip
 LISTED["DiffuCoder-7B-Instruct"] = LISTED["DiffuCoder-7B-Base"]
+LISTED["LLaDA-MoE-7B-A1B-Base"] = {
+    "config.json", "configuration_lladamoe.py", "generation_config.json", "model.safetensors.index.json",
+    "modeling_lladamoe.py", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
+    *(f"model-{i:05d}-of-00003.safetensors" for i in range(1, 4)),
+}  # fmt: skip
+LISTED["LLaDA-MoE-7B-A1B-Instruct"] = LISTED["LLaDA-MoE-7B-A1B-Base"]
 
 
 @pytest.mark.parametrize("name", sorted(LISTED))

@@ -7,7 +7,9 @@ Design decisions:
   (``pulled_dir``); a name never pulled is an error that says to pull it.
 - ``HF_ENDPOINT`` is honoured (a mirror; the tests serve a fixture directory the hub's way on loopback).
 - Only the files the loader reads (model/infer/hf/__init__.py) are fetched: config, tokenizer files,
-  the chat template, the index and the shards it names. Modelling code is never downloaded.
+  the chat template, the index and the shards it names. Modelling code is never downloaded. Where a
+  publisher's file listing was read (``SHIPPED``: LLaDA-MoE Base and Instruct) only the files it lists
+  are asked for; other names try each ``OPTIONAL`` file and skip the absent ones.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ PULLABLE = {
     "diffucoder-7b-instruct": "apple/DiffuCoder-7B-Instruct",
     "open-dcoder-0.5b": "fredzzp/open-dcoder-0.5B",
     "llada-8b-instruct": "GSAI-ML/LLaDA-8B-Instruct",
+    "llada-moe-7b-a1b-base": "inclusionAI/LLaDA-MoE-7B-A1B-Base",
+    "llada-moe-7b-a1b-instruct": "inclusionAI/LLaDA-MoE-7B-A1B-Instruct",
+    "dreamon-7b": "Dream-org/DreamOn-v0-7B",
 }
 # besides config.json and the weights; each may be absent from a repository
 OPTIONAL = (
@@ -29,7 +34,23 @@ OPTIONAL = (
     "chat_template.jinja",
     "special_tokens_map.json",
     "generation_config.json",
+    "added_tokens.json",
 )
+# the files besides the weights that a publisher's listing shows and the loader reads, where the
+# listing was read (docs/open-weights.md); other names try every OPTIONAL file
+SHIPPED = {
+    "llada-moe-7b-a1b-base": (
+        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+    ),
+    "llada-moe-7b-a1b-instruct": (
+        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+    ),
+}  # fmt: skip
+
+
+def files_to_try(name: str) -> tuple[str, ...]:
+    """The non-weight files ``pull`` asks for (each may be absent): the publisher's listing if read."""
+    return SHIPPED.get(name, OPTIONAL)
 
 
 def pulled_dir(name: str) -> Path | None:

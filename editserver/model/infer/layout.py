@@ -14,8 +14,9 @@ Design decisions:
   positions (``Rows.suffix``). Each family's ends are its publisher's evaluation's (``INFILL``,
   sources in docs/open-weights.md): the Dream family puts its begin-of-text before the prefix and,
   as DreamOn's infilling code does, its end-of-text after the suffix; Open-dCoder neither; LLaDA its
-  begin-of-text. A family that shifts its logits needs a token before the canvas, so an empty prefix
-  without a begin-of-text gets the end-of-text. Over the window the publishers cut the sequence from
+  begin-of-text; LLaDA-MoE neither (its publisher ships no infilling code: docs/open-weights.md).
+  A family that shifts its logits needs a token before the canvas, so an empty prefix without a
+  begin-of-text gets the end-of-text. Over the window the publishers cut the sequence from
   its start; here the prefix keeps what the suffix leaves, and at least a quarter of the budget, so an
   editor's cursor near the top of a long file still reads the lines above it. Next edit: the Inception prompt as
   the user's turn of the chat template (raw when there is none), the rewrite on a canvas after it;
@@ -108,7 +109,12 @@ class OwnLayout:
 
 
 # per family: (begin-of-text before the prefix, end-of-text after the suffix); docs/open-weights.md
-INFILL = {"dream": (True, True), "open-dcoder": (False, False), "llada": (True, False)}
+INFILL = {
+    "dream": (True, True),
+    "open-dcoder": (False, False),
+    "llada": (True, False),
+    "llada-moe": (False, False),
+}
 
 
 class InPlaceLayout:

@@ -1,4 +1,4 @@
-"""Open-weight diffusion code models from a Hugging Face directory (Dream, Open-dCoder, LLaDA families).
+"""Open-weight diffusion code models from a Hugging Face directory (Dream, Open-dCoder, LLaDA, LLaDA-MoE).
 
 Design decisions:
 - ``load_open_checkpoint(dir)`` returns the same ``Checkpoint`` (model/infer/checkpoint.py) our own
@@ -9,9 +9,11 @@ Design decisions:
   ``max_context`` (32K when not given); a cap above the model's own is allowed, a model longer than
   the cap is served at the cap, and a cap below 1 is an error.
 - The window a model reads is the length its publisher evaluates it at (``EVALUATED``: 2,048 tokens
-  for the Dream family and Open-dCoder, 4,096 for LLaDA; sources in docs/open-weights.md): longer
+  for the Dream family and Open-dCoder, 4,096 for LLaDA and LLaDA-MoE; sources in docs/open-weights.md): longer
   input is cut to it, nearest the cursor kept, and the completion says how many tokens were dropped.
   A ``max_context`` given explicitly is also the window, so ``--max-context`` raises it.
+- A family recognised but not served (model/infer/hf/unserved.py) is refused from its config.json
+  alone, before the tokenizer or the shards are looked for, with one line that says what it is.
 - A vocabulary that disagrees with the tokenizer (an id the tokenizer can produce that the embedding
   lacks) and a mask id outside the vocabulary are refused at load.
 """
@@ -26,7 +28,7 @@ import torch
 
 from editserver.model.infer.checkpoint import Checkpoint
 from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig
-from editserver.model.infer.hf.families import UnsupportedModelError, detect
+from editserver.model.infer.hf.families import UnsupportedModelError, detect, refuse_unserved
 from editserver.model.infer.hf.loader import load_weights, shard_files
 from editserver.model.infer.hf.tokenizer import OpenTokenizer, choose_template, read_tokenizer
 
@@ -45,7 +47,7 @@ def is_open_dir(d: Path) -> bool:
     return not ("model" in cfg and "inference" in cfg)
 
 
-EVALUATED = {"dream": 2048, "open-dcoder": 2048, "llada": 4096}
+EVALUATED = {"dream": 2048, "open-dcoder": 2048, "llada": 4096, "llada-moe": 4096}
 
 
 def open_inference(window: int | None = None) -> InferenceConfig:
@@ -67,8 +69,8 @@ def load_open_checkpoint(
         raise ValueError(f"max_context must be at least 1, got {max_context}")
     if not (d / "config.json").is_file():
         raise FileNotFoundError(f"{d} is not a model directory (missing config.json)")
-    shard_files(d)  # a missing shard fails before anything is built
     raw = json.loads((d / "config.json").read_text())
+    refuse_unserved(raw)  # a family recognised but not served says so before any other file is read
     tok_cfg_path = d / "tokenizer_config.json"
     tok_cfg = json.loads(tok_cfg_path.read_text()) if tok_cfg_path.is_file() else {}
     try:
@@ -77,6 +79,7 @@ def load_open_checkpoint(
         detect(raw, 0)  # an unknown family is the clearer error
         raise
     cfg = detect(raw, OpenTokenizer.find_mask(hf_tok, tok_cfg))
+    shard_files(d)  # a missing shard fails before anything is built
     cfg = dataclasses.replace(
         cfg, max_seq_len=min(cfg.max_position_embeddings, max_context or CONTEXT_LENGTH)
     )

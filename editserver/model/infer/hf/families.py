@@ -35,10 +35,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from editserver.model.infer.hf import unserved
+from editserver.model.infer.hf.moe import MoeSpec, Softmax
+
 SUPPORTED = (
     "Dream / Dream-Coder / DiffuCoder (model_type 'Dream')",
     "Open-dCoder (model_type 'qwen2' with a mask token in its tokenizer)",
     "LLaDA / LLaDA-1.5 (model_type 'llada')",
+    "LLaDA-MoE-7B-A1B Base/Instruct (architectures LLaDAMoEModelLM)",
 )
 MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>")
 
@@ -51,7 +55,7 @@ class UnsupportedModelError(ValueError):
 class OpenConfig:
     """What our transformer needs to run an open-weight family (model/infer/hf/model.py)."""
 
-    family: str  # "dream" | "open-dcoder" | "llada"
+    family: str  # "dream" | "open-dcoder" | "llada" | "llada-moe"
     vocab_size: int
     dim: int
     n_layers: int
@@ -68,6 +72,8 @@ class OpenConfig:
     mask_id: int
     max_seq_len: int = 0  # the context served: max_position_embeddings capped by the server
     canvas_draft: bool = False  # our own next-edit draft input; open models have none
+    qk_norm: bool = False  # RMSNorm over each head's q and k before the rotary (LLaDA-MoE)
+    moe: MoeSpec | None = None  # routed experts in place of the dense MLP (model/infer/hf/moe.py)
 
 
 def _rope_theta(cfg: dict, default: float) -> float:
@@ -122,6 +128,75 @@ def _llada(cfg: dict, mask_id: int) -> OpenConfig:
     )
 
 
+LLADA_MOE_ARCHS = ("LLaDAMoEModelLM", "LLaDAMoEModel")
+LLADA_MOE_MASK = 156895  # not in its config.json: llama.cpp's converter and dInfer's tests name it
+
+
+def is_llada_moe(cfg: dict) -> bool:
+    """LLaDA-MoE by its architecture, or a model_type "llada" config with expert keys; never by
+    model_type alone (dense LLaDA says "llada" too)."""
+    archs = [str(a) for a in cfg.get("architectures") or []]
+    experts = "num_experts" in cfg and "expert_intermediate_size" in cfg
+    return any(a in LLADA_MOE_ARCHS for a in archs) or (str(cfg.get("model_type")) == "llada" and experts)
+
+
+def _llada_moe(cfg: dict, mask_id: int) -> OpenConfig:
+    """LLaDA-MoE-7B-A1B's HF-style config (``configuration_lladamoe.py``; routing: model/infer/hf/moe.py)."""
+    missing = [k for k in ("hidden_size", "num_experts", "expert_intermediate_size") if k not in cfg]
+    if missing:
+        raise UnsupportedModelError(f"a LLaDA-MoE config.json without {', '.join(missing)}")
+    if cfg.get("attention_bias") or cfg.get("clip_qkv") is not None:
+        raise UnsupportedModelError(
+            "LLaDA-MoE variants with attention biases or q/k/v clipping are not supported"
+        )
+    if float(cfg.get("partial_rotary_factor") or 1.0) != 1.0:
+        raise UnsupportedModelError("LLaDA-MoE with a partial rotary is not supported")
+    dim, heads, layers = (
+        int(cfg["hidden_size"]),
+        int(cfg["num_attention_heads"]),
+        int(cfg["num_hidden_layers"]),
+    )
+    freq = list(cfg.get("moe_layer_freq") or [1] * layers)  # per layer: 0 dense, else experts
+    spec = MoeSpec(
+        n_experts=int(cfg["num_experts"]),
+        top_k=int(cfg["num_experts_per_tok"]),
+        expert_dim=int(cfg["expert_intermediate_size"]),
+        score=Softmax(),  # the block computes a softmax whatever moe_router_score_function says
+        norm_topk_prob=False,  # hard-coded False in the publisher's block, whatever the config says
+        expert_bias=bool(cfg.get("moe_router_enable_expert_bias")),
+        bias_in_weight=True,
+        shared_dim=int(cfg.get("shared_expert_intermediate_size") or 0),
+        dense_layers=tuple(i for i, f in enumerate(freq[:layers]) if f == 0),
+    )
+    return OpenConfig(
+        family="llada-moe",
+        vocab_size=int(cfg["vocab_size"]),
+        dim=dim,
+        n_layers=layers,
+        n_heads=heads,
+        n_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=dim // heads,  # the publisher's attention derives it so
+        ffn_dim=int(cfg.get("dense_intermediate_size") or 0),
+        rope_theta=_rope_theta(cfg, 10000.0),
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+        qkv_bias=False,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
+        shift=False,
+        mask_id=mask_id,
+        qk_norm=bool(cfg.get("qk_layernorm")),
+        moe=spec,
+    )
+
+
+def refuse_unserved(cfg: dict) -> None:
+    """UnsupportedModelError with one true line for a family recognised but not served
+    (model/infer/hf/unserved.py); nothing for any other config."""
+    line = unserved.explain(cfg, SUPPORTED)
+    if line is not None:
+        raise UnsupportedModelError(line)
+
+
 def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
     """The family of a Hugging Face ``config.json``; UnsupportedModelError for anything else."""
     mtype = str(cfg.get("model_type", "")).lower()
@@ -129,16 +204,19 @@ def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
     if mtype == "dream" or "DreamModel" in archs:
         mask = cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else 151666)
         return _qwen2(cfg, "dream", int(mask))
+    if is_llada_moe(cfg):
+        mask = cfg.get(
+            "mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else LLADA_MOE_MASK
+        )
+        return _llada_moe(cfg, int(mask))
     if mtype == "llada" or "LLaDAModelLM" in archs:
         return _llada(cfg, int(cfg.get("mask_token_id", 126336)))
+    refuse_unserved(cfg)
     if mtype in ("qwen2", "llama", "mistral", "qwen3", "gpt2") or any("CausalLM" in a for a in archs):
         if mtype == "qwen2" and (tokenizer_mask_id is not None or cfg.get("mask_token_id") is not None):
             mask = cfg.get("mask_token_id", tokenizer_mask_id)
             return _qwen2(cfg, "open-dcoder", int(mask))
-        raise UnsupportedModelError(
-            f"this directory holds an autoregressive model (model_type {mtype!r}) without a mask token; "
-            f"it cannot fill a diffusion canvas. Supported families: {'; '.join(SUPPORTED)}"
-        )
+        raise UnsupportedModelError(unserved.autoregressive(cfg, SUPPORTED))
     raise UnsupportedModelError(
         f"unknown model family (model_type {mtype!r}, architectures {archs}); "
         f"supported families: {'; '.join(SUPPORTED)}"
@@ -181,5 +259,14 @@ def llada_name(name: str) -> str | None:
     return name
 
 
+def llada_moe_name(name: str) -> str | None:
+    """Our name of a LLaDA-MoE tensor: the Qwen2 names, with a shared expert (which the publisher
+    keeps on the layer) inside the MoE block."""
+    ours = qwen2_name(name)
+    return (
+        None if ours is None else re.sub(r"^(layers\.\d+)\.shared_expert\.", r"\1.mlp.shared_expert.", ours)
+    )
+
+
 def renamer(family: str) -> Callable[[str], str | None]:
-    return llada_name if family == "llada" else qwen2_name
+    return {"llada": llada_name, "llada-moe": llada_moe_name}.get(family, qwen2_name)

@@ -1,9 +1,16 @@
-"""Our transformer for open-weight diffusion families (Qwen2 layout, LLaMA-like LLaDA), fully bidirectional.
+"""Our transformer for open-weight diffusion families (Qwen2 layout, LLaMA-like LLaDA, LLaDA-MoE), fully bidirectional.
 
 Design decisions:
 - One module for every family (model/infer/hf/families.py ``OpenConfig``): q/k/v biases on or off,
   tied or separate head, GQA. Parameter names follow the Qwen2 layout without the ``model.`` prefix,
   so a Dream directory loads by stripping a prefix and LLaDA's names map one to one.
+- LLaDA-MoE is the same module with two options from its config: a per-head RMSNorm of q and k
+  before the rotary (``qk_norm``; ``LLaDAMoEAttention`` normalises each head_dim slice, then rotates)
+  and the mixture-of-experts block (model/infer/hf/moe.py) in place of the dense MLP on every layer
+  its ``moe_layer_freq`` marks. Its attention takes no mask and its logits are not shifted, as
+  dense LLaDA's (``modeling_lladamoe.py`` as copied in inclusionAI/dInfer
+  ``tools/modeling_fused_lladamoe.py`` @fce4e32; tests/model/test_llada_moe.py holds a plain
+  reference written from it).
 - Hot-path ops go through ``model.infer.ops`` (rmsnorm, rotary, attention, swiglu), so the Triton
   kernels serve these models on CUDA exactly as they serve ours; on CPU the PyTorch references run.
 - No causal mask anywhere: these models were trained with full attention over ``prefix [MASK]*n
@@ -24,6 +31,7 @@ from torch import nn
 
 from editserver.model.infer import ops
 from editserver.model.infer.hf.families import OpenConfig
+from editserver.model.infer.hf.moe import MoE
 from editserver.model.infer.transformer import ContextTooLongError, rope_tables
 
 
@@ -46,12 +54,18 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
         self.rope_fp32 = cfg.family == "llada"  # LLaDA's modeling code rotates q and k in fp32
+        if cfg.qk_norm:  # LLaDA-MoE: one RMSNorm over each head's q (and k) before the rotary
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+        self.qk_norm = cfg.qk_norm
 
     def forward(self, x, cos, sin, mask, past=None):
         B, L, _ = x.shape
-        q = self.q_proj(x).view(B, L, self.h, self.hd)
-        k = self.k_proj(x).view(B, L, self.hkv, self.hd)
+        q = self.q_proj(x).view(B, L, self.h, self.hd)  # [B, L, H, D]
+        k = self.k_proj(x).view(B, L, self.hkv, self.hd)  # [B, L, Hkv, D]
         v = self.v_proj(x).view(B, L, self.hkv, self.hd)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_fp32:  # cos/sin stay fp32 (OpenModel._tables); the result returns to the weights' type
             q, k = ops.rotary(q.float(), k.float(), cos, sin)
             q, k = q.to(x.dtype), k.to(x.dtype)
@@ -74,12 +88,13 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg: OpenConfig):
+    def __init__(self, cfg: OpenConfig, index: int):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.self_attn = SelfAttention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.mlp = MLP(cfg)
+        routed = cfg.moe is not None and index not in cfg.moe.dense_layers
+        self.mlp = MoE(cfg.moe, cfg.dim) if routed else MLP(cfg)
 
     def forward(self, x, cos, sin, mask, past=None):
         h, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
@@ -94,7 +109,7 @@ class OpenModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(Layer(cfg, i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.draft_bias = 0.0  # the engine sets it for our own models; open models have no draft

@@ -16,7 +16,7 @@ Design decisions:
   where that code reads the tokenizer, the names in ``tokenizer_config.json`` win over
   ``config.json`` ids. The canvas filler is the pad token (DiffuCoder's ``<|dlm_pad|>``, Dream's and
   LLaDA's end of text); the answer ends at the first end token (end of text, the pad, end of turn).
-- End-of-turn tokens (``<|im_end|>``, ``<|eot_id|>``) may be generated: an instruct model ends its
+- End-of-turn tokens (``<|im_end|>``, ``<|eot_id|>``, Ling's ``<|role_end|>``) may be generated: an instruct model ends its
   chat answer with them (``turn_end_ids``, which the engine does not suppress).
 - The chat template comes from ``tokenizer_config.json`` (a string, or the list form's ``default``)
   or ``chat_template.jinja``, and is rendered as transformers' ``apply_chat_template`` renders it:
@@ -38,8 +38,16 @@ from tokenizers import Tokenizer as HFTokenizer
 from editserver.model.infer.hf.families import MASK_NAMES
 from editserver.model.infer.tokenizer import text_only
 
-END_NAMES = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|eos|>")
-TURN_END_NAMES = ("<|im_end|>", "<|eot_id|>")
+END_NAMES = (
+    "<|endoftext|>",
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|role_end|>",
+    "<|end_of_text|>",
+    "</s>",
+    "<|eos|>",
+)
+TURN_END_NAMES = ("<|im_end|>", "<|eot_id|>", "<|role_end|>")  # <|role_end|>: Ling's (LLaDA-MoE)
 # transformers' Qwen2Tokenizer pre-tokenization pattern (transformers/models/qwen2/tokenization_qwen2.py)
 QWEN2_SPLIT = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""

@@ -1,0 +1,114 @@
+"""Every family this server does not run is answered with one true line: what the directory is, that it
+is not served yet, and which families are (model/infer/hf/unserved.py). The configs below carry the
+keys each publisher's config.json has (docs/open-weights.md, "Families not served")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from editserver.model.infer.hf.families import SUPPORTED, UnsupportedModelError, detect
+from editserver.model.infer.loader import load_checkpoint
+
+CONFIGS = {
+    "LLaDA2.0-mini": (
+        {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"], "num_experts": 256,
+         "num_shared_experts": 1, "score_function": "sigmoid", "n_group": 8, "topk_group": 4},
+        ["LLaDA2.0 / LLaDA2.1", "block-diffusion mixture-of-experts"],
+    ),
+    "LLaDA2.1-flash": (
+        {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"], "hidden_size": 4096},
+        ["LLaDA2.0 / LLaDA2.1", "mixture-of-experts"],
+    ),
+    "SDAR-8B-Chat": (
+        {"model_type": "sdar", "architectures": ["SDARForCausalLM"], "block_size": 4, "mask_token_id": 151669},
+        ["SDAR / TraDo", "block-diffusion model on Qwen3"],
+    ),
+    "TraDo-8B-Instruct": (
+        {"model_type": "sdar", "architectures": ["SDARForCausalLM"], "block_size": 4},
+        ["SDAR / TraDo", "block-diffusion"],
+    ),
+    "Fast_dLLM_v2_7B": (
+        {"model_type": "Fast_dLLM_Qwen", "architectures": ["Fast_dLLM_QwenForCausalLM"], "bd_size": 32},
+        ["Fast-dLLM v2", "block-diffusion model on Qwen2.5"],
+    ),
+    "Stable-DiffCoder-8B-Instruct": (
+        {"model_type": "llama", "architectures": ["StableDiffcoderForCausalLM"], "vocab_size": 155136},
+        ["Stable-DiffCoder", "block-diffusion code model"],
+    ),
+    "Stable-DiffCoder-8B-Base@4.46": (  # the older revision: a Llama class, its own code in auto_map
+        {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+         "auto_map": {"AutoModelForCausalLM": "modeling_seed_diffcoder.SeedDiffcoderForCausalLM"}},
+        ["Stable-DiffCoder", "block-diffusion"],
+    ),
+    "WeDLM-8B-Instruct": (
+        {"model_type": "wedlm", "architectures": ["WeDLMForCausalLM"], "qk_norm": True},
+        ["WeDLM", "causal attention"],
+    ),
+    "CoDA-1.7B": (
+        {"model_type": "CoDA", "architectures": ["CoDALanguageModel"], "mask_token_id": 151669},
+        ["CoDA", "bidirectional diffusion model on Qwen3", "CC-BY-NC-4.0"],
+    ),
+    "diffusiongemma-26B-A4B-it": (
+        {"model_type": "diffusion_gemma", "architectures": ["DiffusionGemmaForBlockDiffusion"],
+         "canvas_length": 256},
+        ["DiffusionGemma", "uniform-state diffusion", "no mask token"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_each_unserved_family_gets_one_true_line(name):
+    cfg, words = CONFIGS[name]
+    with pytest.raises(UnsupportedModelError) as err:
+        detect(cfg, None)
+    line = str(err.value)
+    assert "\n" not in line and "not served yet" in line, line
+    assert all(w in line for w in words), line
+    assert all(s.split(" (")[0] in line for s in SUPPORTED), "the served families are named"
+    assert len(line) <= 400, "editserver serve shows 400 characters of a reason"
+    assert f"model_type {cfg['model_type']!r}" in line and cfg["architectures"][0] in line
+
+
+def test_a_plain_autoregressive_model(tmp_path):
+    """A Qwen2 whose tokenizer has no mask token: autoregressive, not served; refused before its
+    weights are looked for."""
+    from tests.hf_models import QWEN_SPECIALS, train_tokenizer
+
+    d = tmp_path / "Qwen2.5-Coder-0.5B"
+    d.mkdir()
+    cfg = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 64}
+    (d / "config.json").write_text(json.dumps(cfg))
+    train_tokenizer([t for t in QWEN_SPECIALS if t != "<|mask|>"]).save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+    with pytest.raises(UnsupportedModelError) as err:
+        load_checkpoint(d)
+    line = str(err.value)
+    assert "autoregressive model" in line and "without a mask token" in line and "\n" not in line
+    assert "'qwen2'" in line and "Qwen2ForCausalLM" in line and "LLaDA-MoE" in line
+
+
+def test_a_served_llada_is_not_taken_for_an_unserved_one():
+    assert detect({"model_type": "Dream", "architectures": ["DreamModel"], "hidden_size": 8, "vocab_size": 9,
+                   "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 8}, 1).family == "dream"  # fmt: skip
+
+
+def test_serve_says_it_in_one_line_and_exits_2(tmp_path):
+    """Through the real CLI: only config.json is needed to know, so nothing else is looked for."""
+    d = tmp_path / "LLaDA2.0-mini"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(CONFIGS["LLaDA2.0-mini"][0]))
+    cmd = [sys.executable, "-m", "editserver.cli.main", "serve", "--model", str(d), "--port", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    lines = [x for x in out.stderr.splitlines() if x.startswith("editserver serve:")]
+    assert out.returncode == 2, out.stderr
+    assert (
+        len(lines) == 1
+        and "(…)" not in lines[0]
+        and "LLaDA2.0 / LLaDA2.1" in lines[0]
+        and "not served yet" in lines[0]
+    ), out.stderr
+    assert "Traceback" not in out.stderr
