@@ -1,5 +1,7 @@
 """Prompts within the model's tokens: the limits the model server reports, and how the LSP counts.
 
+Floor 0 (see lsp/__init__.py): imports nothing of the language server.
+
 Design decisions:
 - The limits are the server's own: ``/v1/models`` reports ``context_length`` (a request over it is
   refused: 400 ``context_length_exceeded``, and the user gets nothing), ``window`` (the prompt

@@ -1,5 +1,7 @@
 """``editserver lsp``: the language server over stdio (or TCP for debugging).
 
+Floor 9 (see lsp/__init__.py): over lsp/server.py, imported only when it runs.
+
 Design decisions:
 - Flags are the fixed contract with the editor extensions: ``--server-url`` (default: an
   autostarted server on a free port of its own; http://127.0.0.1:8000 with ``--no-autostart``),
@@ -48,15 +50,15 @@ def run(args: argparse.Namespace) -> int:
         autostart=False if args.no_autostart else None,
         model_dir=args.model,
     )
-    server.log_file = args.log_file
+    server.state.log_file = args.log_file
     try:
         if args.tcp is not None:
             server.start_tcp("127.0.0.1", args.tcp)
         else:
             server.start_io()
     finally:
-        if server.model is not None:
-            server.model.stop_child()
+        if server.state.model is not None:
+            server.state.model.stop_child()
     return 0
 
 

@@ -1,5 +1,7 @@
 """Open documents: text kept in sync with the client, positions in the negotiated encoding.
 
+Floor 0 (see lsp/__init__.py): imports nothing of the language server.
+
 Design decisions:
 - We keep our own copy of each document instead of reading pygls' workspace because every change
   must also yield the byte-level edit (start/old end/new end, as bytes and (row, byte column) points)

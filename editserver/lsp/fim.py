@@ -1,4 +1,8 @@
-"""Inline completion (FIM): prompt assembly, post-processing, debounce, cancellation and caching.
+"""Inline completion (FIM): prompt assembly, the model call, post-processing, debounce and staleness.
+
+Floor 5 (see lsp/__init__.py): takes the server's state (lsp/state.py), never the server; the
+handler (server.py ``inline_completion``) answers from the cache or starts ``answer`` and owns its
+cancellation.
 
 Design decisions:
 - Prefix and suffix are cut at line boundaries within character budgets; definitions of identifiers
@@ -14,26 +18,25 @@ Design decisions:
   keystroke (document version) or a newer request for the same document arrived meanwhile; the newer
   request also cancels the older one's HTTP call. ``$/cancelRequest`` cancels the handler's task,
   which cancels the HTTP call with it.
-- Cache: the last suggestion per document is kept with the prefix/suffix it answered. While the user
-  types characters that match it, the rest of it is returned at once, with no debounce and no HTTP.
+- Cache: the last suggestion per document is kept with the prefix/suffix it answered
+  (``state.FimScheduler``). While the user types characters that match it, the rest of it is
+  returned at once, with no debounce and no HTTP.
+- The model client is looked up on the state after the debounce, never held from before it: a
+  settings change may have replaced it meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from editserver.lsp.budget import fit_fim, head_chars, tail_chars
 from editserver.lsp.documents import Document
-from editserver.lsp.treesitter import definitions_for, grammar_name
+from editserver.lsp.state import Cached, ServerState
+from editserver.lsp.treesitter import grammar_name
 from editserver.protocol.postprocess import indent_style, multiline_allowed, postprocess
 
-__all__ = ["indent_style", "multiline_allowed", "postprocess", "FimScheduler", "answer"]
-
-if TYPE_CHECKING:
-    from editserver.lsp.server import EditLanguageServer
+__all__ = ["indent_style", "multiline_allowed", "postprocess", "answer", "context_header"]
 
 _COMMENT = {"python": "#", "go": "//", "rust": "//", "javascript": "//", "typescript": "//", "tsx": "//"}
 
@@ -52,112 +55,45 @@ def context_header(language: str, snippets: list[tuple[str, str]], budget: int) 
     return "".join(out) + ("\n" if out else "")
 
 
-@dataclass
-class Cached:
-    prefix: str
-    suffix: str
-    text: str
-    id: str
-
-
-@dataclass
-class Answer:
-    text: str
-    id: str
-    from_cache: bool = False
-    prompt: dict | None = None
-
-
-class FimScheduler:
-    """Per-document debounce, staleness and cache around one FIM call."""
-
-    def __init__(self) -> None:
-        self.cache: dict[str, Cached] = {}
-        self.inflight: dict[str, asyncio.Task] = {}
-        self.requests: dict[str, int] = {}  # per-uri request counter: a newer request makes older ones stale
-
-    def from_cache(self, uri: str, prefix: str, suffix: str) -> Answer | None:
-        c = self.cache.get(uri)
-        if c is None or c.suffix != suffix or not prefix.startswith(c.prefix):
-            return None
-        typed = prefix[len(c.prefix) :]
-        if len(typed) < len(c.text) and c.text.startswith(typed):
-            return Answer(c.text[len(typed) :], c.id, from_cache=True)
-        return None
-
-    def remember(self, uri: str, prefix: str, suffix: str, text: str) -> str:
-        cid = uuid.uuid4().hex
-        self.cache[uri] = Cached(prefix, suffix, text, cid)
-        return cid
-
-    def forget(self, uri: str) -> None:
-        self.cache.pop(uri, None)
-        task = self.inflight.pop(uri, None)
-        if task is not None:
-            task.cancel()
-
-    def begin(self, uri: str) -> int:
-        """Register a new request for ``uri``: cancels the previous one's work; returns its ticket."""
-        n = self.requests.get(uri, 0) + 1
-        self.requests[uri] = n
-        old = self.inflight.pop(uri, None)
-        if old is not None and not old.done():
-            old.cancel()
-        return n
-
-    def cancel_inflight(self, uri: str) -> None:
-        task = self.inflight.pop(uri, None)
-        if task is not None and not task.done():
-            task.cancel()
-
-    def current(self, uri: str, ticket: int) -> bool:
-        return self.requests.get(uri) == ticket
-
-
 async def answer(
-    ls: EditLanguageServer, doc: Document, offset: int, prefix: str, suffix: str, ticket: int
+    st: ServerState,
+    doc: Document,
+    offset: int,
+    prefix: str,
+    suffix: str,
+    ticket: int,
+    on_answered: Callable[[], None],
 ) -> Cached | None:
-    """Debounce, check staleness, ask the model, post-process, cache and log one FIM suggestion."""
-    s = ls.settings
+    """Debounce, check staleness, ask the model, post-process, cache and log one FIM suggestion;
+    ``on_answered`` runs once the model has answered (the server's status carries its latency)."""
+    s = st.settings
     version = doc.version
     if s.debounce_ms:
         await asyncio.sleep(s.debounce_ms / 1000)
-    if not ls.fim.current(doc.uri, ticket) or doc.version != version:
+    if not st.fim.current(doc.uri, ticket) or doc.version != version:
         return None
     grammar = grammar_name(doc.language_id, doc.uri) or doc.language_id
     line, _ = doc.position_at(offset)
     line_start, _ = doc.line_bounds(line)
     line_prefix = doc.text[line_start:offset]
     model_prefix = tail_chars(prefix, s.fim_prefix_chars)
-    parsed = ls.parsed.get(doc.uri)
-    if parsed is not None and len(model_prefix) < s.fim_prefix_chars:
-        names = {
-            n.text.decode("utf-8", "replace")
-            for n in parsed.identifiers(max(0, line - 10), line + 3)
-            if n.text
-        }
-        defs = definitions_for(names, ls.others(doc.uri))
+    if len(model_prefix) < s.fim_prefix_chars:
+        defs = st.definitions_near(doc.uri, max(0, line - 10), line + 3)
         model_prefix = context_header(grammar, defs, s.fim_prefix_chars - len(model_prefix)) + model_prefix
     model_suffix = head_chars(suffix, s.fim_suffix_chars)
     multi = multiline_allowed(line_prefix, suffix.split("\n", 1)[0], grammar)
     stop = ["\n\n\n"] if multi else ["\n"]
     max_tokens = s.fim_max_tokens if multi else s.fim_line_max_tokens
-    model_prefix, model_suffix = fit_fim(model_prefix, model_suffix, max_tokens, ls.model.limits)
-    raw = await ls.model.fim(
-        model_prefix,
-        model_suffix,
-        max_tokens,
-        stop,
-        s.fim_timeout_ms / 1000,
-    )
-    ls.send_status()
+    model_prefix, model_suffix = fit_fim(model_prefix, model_suffix, max_tokens, st.model.limits)
+    raw = await st.model.fim(model_prefix, model_suffix, max_tokens, stop, s.fim_timeout_ms / 1000)
+    on_answered()
     if raw is None:
         return None
     text = postprocess(raw, prefix, suffix, grammar, indent_style(doc.text))
     if not text:
         return None
-    cid = ls.fim.remember(doc.uri, prefix, suffix, text)
-    ls.telemetry.suggestion(
+    cid = st.fim.remember(doc.uri, prefix, suffix, text)
+    st.telemetry.suggestion(
         cid,
         "fim",
         doc.uri,
@@ -166,4 +102,4 @@ async def answer(
         text,
         None,
     )
-    return ls.fim.cache[doc.uri]
+    return st.fim.cache[doc.uri]

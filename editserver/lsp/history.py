@@ -1,5 +1,7 @@
 """Edit history (coalesced diffs) and recently viewed snippets: the memory behind next-edit prompts.
 
+Floor 0 (see lsp/__init__.py): imports nothing of the language server.
+
 Design decisions:
 - An event is a (before, after) pair of whole-document snapshots, so it renders exactly as the
   ``protocol.prompt.unified_diff`` the model was trained on, and consecutive events chain (one event's

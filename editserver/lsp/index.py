@@ -1,5 +1,7 @@
 """The workspace symbol index: definitions, imports and uses of every source file in the workspace.
 
+Floor 3 (see lsp/__init__.py): over lsp/symbols.py; its life (create, build, watch) is lsp/indexing.py's.
+
 Design decisions:
 - Built in the background from the workspace folders given at ``initialize``: a walk that skips
   what ``.gitignore`` files ignore (nested ones too, git's rules via pathspec), hidden folders and

@@ -1,5 +1,7 @@
 """HTTP client for the editserver API, with autostart and a failure/recovery state machine.
 
+Floor 1 (see lsp/__init__.py): over lsp/budget.py; the state holds one as ``state.model``.
+
 Design decisions:
 - The LSP reaches the model only over HTTP (``/v1/fim/completions``, ``/v1/edit/completions``,
   ``/health``), exactly as any other client would, so the server can be shared or remote.

@@ -1,5 +1,7 @@
 """Go packages and Rust modules: their imports as index records, and where those imports lead.
 
+Floor 0 (see lsp/__init__.py): imports nothing of the language server.
+
 Design decisions:
 - Records keep the index's shape ``(spec, name, local)`` (lsp/symbols.py), so the index follows Go
   and Rust imports with the code that follows Python and TypeScript ones.

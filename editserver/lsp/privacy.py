@@ -1,5 +1,7 @@
 """Files that never leave the editor: the ``excludeFiles`` globs.
 
+Floor 0 (see lsp/__init__.py): imports nothing of the language server.
+
 Design decisions:
 - Defaults cover the files that hold secrets by convention (``.env*``, ``*.pem``, ``*.key``,
   ``id_rsa*``, ``*.p12``, ``.netrc``, ``secrets.*``, ``credentials*``); the user's patterns are added
@@ -8,10 +10,11 @@ Design decisions:
 - A pattern without ``/`` matches the file's name, one with ``/`` its workspace-relative path (and
   its absolute path), with ``fnmatch`` rules where ``*`` also crosses ``/``. Matching ignores case:
   excluding one file too many costs a suggestion, one too few can leak a key.
-- What "excluded" means is enforced in the server (server.py), where documents enter: an excluded
-  document is still kept in sync (the editor's buffer is the truth), but no request is made for it,
-  it is never a recently viewed snippet, its edits never enter the edit history that other files'
-  prompts show, it is never searched for definitions, and so nothing of it is stored in telemetry.
+- What "excluded" means is enforced in the server's state (state.py), where documents enter: an
+  excluded document is still kept in sync (the editor's buffer is the truth), but no request is
+  made for it, it is never a recently viewed snippet, its edits never enter the edit history that
+  other files' prompts show, it is never searched for definitions, and so nothing of it is stored
+  in telemetry.
 """
 
 from __future__ import annotations

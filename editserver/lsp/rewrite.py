@@ -1,5 +1,8 @@
 """A region's text as the model's prompt, and a rewritten region as the smallest whole-token edits.
 
+Floor 2 (see lsp/__init__.py): over lsp/budget.py, lsp/treesitter.py and lsp/documents.py;
+nextedit/ask.py uses it.
+
 Design decisions:
 - A rewritten region becomes minimal range edits: a line diff (difflib) first, then each changed
   block trimmed to what really differs, widened to whole identifier and word tokens, so a rename
@@ -124,7 +127,7 @@ def minimal_edits(original: str, rewritten: str, base: int = 0) -> list[RangeEdi
     return out
 
 
-def _normalise(rewritten: str, original: str) -> str:
+def normalise(rewritten: str, original: str) -> str:
     """Match the original's trailing newline so a missing final newline is not an edit."""
     if original.endswith("\n") and not rewritten.endswith("\n"):
         return rewritten + "\n"

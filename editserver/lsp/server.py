@@ -1,34 +1,42 @@
-"""The editserver language server: documents in, FIM and next-edit suggestions out (pygls 2.x).
+"""The editserver language server (pygls 2.x): every LSP handler, registered in one place.
+
+Floor 8 (see lsp/__init__.py), the top of the house but for the command line: imports the state,
+the logic modules and the next-edit stages; none of them imports it.
 
 Design decisions:
-- ``create_server()`` builds a fresh ``EditLanguageServer``; handlers are thin and delegate to the
-  modules that own each concern (documents, history, context, completion, nextedit, edit_requests,
-  telemetry, workspace, client, settings). All handlers run on pygls' asyncio loop, so state needs
-  no locks.
+- ``create_server()`` builds a fresh ``EditLanguageServer`` and registers every handler of the
+  ``FEATURES`` table (filled by ``@handles``) and the one command, so what the server answers is
+  listed in one place. The server holds its state as ``ls.state`` (lsp/state.py) and adds only what
+  speaks to the editor: messages, the status notification, the model client's lifecycle.
+- A handler is a thin function with the server first, as pygls documents: the parameter is named
+  ``ls``, which is how pygls 2 knows to pass it (``feature_manager.wrap_with_server`` checks the
+  first parameter's name, else its annotation). Each goes params -> a helper over the state or
+  plain values -> LSP types (or plain JSON for our own methods). All run on pygls' asyncio loop.
 - Position encoding: pygls picks the client's first supported encoding; we move UTF-8 to the front
   whenever the client offers it, because tree-sitter and the HTTP payloads are UTF-8 anyway.
 - Custom requests and notifications (``editserver/*``, ``textDocument/copilotInlineEdit``) keep their
-  params as plain JSON dicts (a custom converter hook), validated by their handlers with clear LSP
-  errors.
-- Status: ``editserver/status`` on every client state change and after every model call (with the
-  call's latency); state ``disabled`` when both features are off.
-- Next-edit requests (``editserver/nextEdit``, ``textDocument/copilotInlineEdit``, their streamed
-  partials and replies) live in lsp/edit_requests.py; a didChange here cancels the document's
-  in-flight one (and its HTTP calls).
-- Excluded files (``excludeFiles``, lsp/privacy.py) are decided here, where documents enter: kept in
-  sync, but never asked about, never a snippet, never in the edit history or a definition search.
-  ``editserver/status`` and ``editserver/info`` list the open ones with the pattern that matched, so
-  the clients can say why no suggestion comes.
+  params as plain JSON dicts (a custom converter hook), validated here with clear LSP errors
+  (InvalidParams), against the JSON, not against generated types.
+- Status: ``editserver/status`` on every model client state change and after every model call
+  (with the call's latency); state ``disabled`` when both features are off. ``editserver/status``
+  and ``editserver/info`` list the open excluded files with the pattern that matched, so the
+  clients can say why no suggestion comes.
+- Superseded work: a newer request for the same document, or a change to it, cancels the older
+  request's task (and its HTTP calls), which answers empty (FIM) or ``skipped: "superseded by a
+  newer edit"`` (next edits); a client's ``$/cancelRequest`` is passed through to pygls, which
+  answers RequestCancelled. Written once, in ``_unless_superseded``.
+- Next edits run the stages of lsp/nextedit/ in order (``_next_edits``): plan, ask with a vetting
+  callback, reply; the handler makes the request's one id and owns its cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
-from collections import OrderedDict
-from typing import Any
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -41,16 +49,25 @@ from pygls.protocol import (
 )
 from pygls.protocol.language_server import lsp_method
 
-from editserver.lsp import fim
-from editserver.lsp.documents import UTF8, UTF16, UTF32, DocumentStore, uri_to_path
-from editserver.lsp.edit_requests import register_next_edit
-from editserver.lsp.history import EditHistory, RecentlyViewed
-from editserver.lsp.indexing import Offered, register_workspace, start_index, workspace_root, workspace_roots
-from editserver.lsp.model_client import DISABLED, READY, ModelClient, short
-from editserver.lsp.privacy import Exclusions
-from editserver.lsp.settings import Settings, parse_settings, settings_from_change
-from editserver.lsp.telemetry import Telemetry, register_telemetry
-from editserver.lsp.treesitter import ParsedDocument, grammar_name
+from editserver.lsp import fim, indexing
+from editserver.lsp.documents import UTF8, UTF16, UTF32, Document
+from editserver.lsp.model_client import ModelClient, short
+from editserver.lsp.nextedit import plan as plan_stage
+from editserver.lsp.nextedit.ask import ask
+from editserver.lsp.nextedit.reply import (
+    APPLY_EDITS,
+    Suggestion,
+    application,
+    applied,
+    copilot_json,
+    next_edit_json,
+    partials,
+    remember,
+    reply,
+)
+from editserver.lsp.nextedit.vet import Vetter
+from editserver.lsp.settings import settings_from_change
+from editserver.lsp.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +75,9 @@ INLINE_ACCEPTED = "editserver.inlineAccepted"
 STATUS = "editserver/status"
 DOCUMENT_STATE = "editserver/documentState"
 INFO = "editserver/info"
+NEXT_EDIT = "editserver/nextEdit"
+COPILOT_INLINE_EDIT = "textDocument/copilotInlineEdit"
+T = TypeVar("T")
 
 
 class _Protocol(LanguageServerProtocol):
@@ -77,87 +97,40 @@ def _converter():
     return conv
 
 
-def _invalid(message: str) -> JsonRpcInvalidParams:
-    return JsonRpcInvalidParams(message)
-
-
 class EditLanguageServer(LanguageServer):
     def __init__(
         self, server_url: str | None = None, autostart: bool | None = None, model_dir: str | None = None
     ):
         super().__init__("editserver", "0.1.0", protocol_cls=_Protocol, converter_factory=_converter)
-        self.cli_server_url, self.cli_autostart, self.model_dir = server_url, autostart, model_dir
-        self.settings = Settings()
-        self.docs = DocumentStore()
-        self.parsed: dict[str, ParsedDocument] = {}
-        self.history = EditHistory()
-        self.viewed = RecentlyViewed()
-        self.fim = fim.FimScheduler()
-        self.telemetry = Telemetry(None, enabled=False, warn=self._warn)
-        self.excluded = Exclusions()  # open documents that excludeFiles keeps out
-        self.model: ModelClient | None = None
-        self.next_inflight: dict[str, asyncio.Task] = {}
-        self.next_marker: dict[str, tuple] = {}  # per document: the edit history seen by its last request
-        self.pending_warnings: list[str] = []
-        self.root = ""
-        self.roots: list[str] = []  # workspace folders (lsp/indexing.py)
-        self.index: Any = None  # the workspace symbol index, once initialized (lsp/index.py)
-        self.index_task: asyncio.Task | None = None
-        self.suggestions: OrderedDict[str, Offered] = OrderedDict()  # for editserver/applyEdits
-        self.log_file: str | None = None  # the LSP's own debug log (--log-file), for editserver/info
+        self.state = ServerState(server_url, autostart, model_dir, warn=self._warn)
 
-    # ---- settings and status -------------------------------------------------------------------
     def apply_settings(self, raw: Any, initial: bool = False) -> list[str]:
-        defaults = Settings()  # CLI flags replace the built-in defaults; client options override both
-        if self.cli_server_url:
-            defaults = _replace(defaults, server_url=self.cli_server_url)
-        if self.cli_autostart is not None:
-            defaults = _replace(defaults, autostart=self.cli_autostart)
-        settings, warnings = parse_settings(raw, defaults if initial else self.settings, defaults)
-        old = self.settings
-        self.settings = settings
-        self.history.max_events = settings.history_events
-        t = settings.telemetry
-        self.telemetry.configure(
-            t.path, t.enabled, t.keep_prompts, t.retention_days, int(t.max_megabytes * (1 << 20))
-        )
-        if settings.excluded_patterns != old.excluded_patterns:
-            for uri in list(self.docs.docs):
-                self.check_excluded(uri)
-        if not initial and self.model is not None:
-            if settings.server_url != old.server_url or settings.autostart != old.autostart:
+        """Client options applied to the state; a moved model server gets a new client."""
+        warnings, moved = self.state.apply_settings(raw, initial)
+        if not initial and self.state.model is not None:
+            if moved:
                 asyncio.ensure_future(self._restart_model())
             self.send_status()
         return warnings
 
     def _warn(self, message: str) -> None:
         """A warning from telemetry: shown at once, or after ``initialized`` if it comes earlier."""
-        if self.model is None:
-            self.pending_warnings.append(message)
+        if self.state.model is None:
+            self.state.pending_warnings.append(message)
         else:
             self.show(2, message)
 
-    def check_excluded(self, uri: str) -> str | None:
-        """Whether excludeFiles keeps the open document ``uri`` out; an excluded one is forgotten by
-        the edit history and the recently viewed snippets (it may have been in them before)."""
-        paths = (self.path_of(uri), uri_to_path(uri))
-        pattern = self.excluded.check(uri, paths, self.settings.excluded_patterns)
-        if pattern is not None:
-            self.history.forget(uri)
-            self.viewed.forget(uri)
-        return pattern
-
     async def _restart_model(self) -> None:
-        if self.model is not None:
-            await self.model.close()
-        self.model = self._make_model()
-        await self.model.start()
+        if self.state.model is not None:
+            await self.state.model.close()
+        self.state.model = self.make_model()
+        await self.state.model.start()
 
-    def _make_model(self) -> ModelClient:
+    def make_model(self) -> ModelClient:
         return ModelClient(
-            self.settings.server_url,
-            self.settings.autostart,
-            self.model_dir,
+            self.state.settings.server_url,
+            self.state.settings.autostart,
+            self.state.model_dir,
             on_state=lambda s, m: self.send_status(m),
             on_message=self.show,
             serve_log=os.environ.get("EDITSERVER_LSP_SERVE_LOG") or None,
@@ -170,70 +143,22 @@ class EditLanguageServer(LanguageServer):
         )
 
     def send_status(self, message: str | None = None) -> None:
-        if not (self.settings.enable_fim or self.settings.enable_next_edit):
-            state, latency = DISABLED, None
-        elif self.model is None:
-            return
-        else:
-            state, latency = self.model.state, self.model.last_latency_ms
-        payload: dict[str, Any] = {"state": state}
-        if message:
-            payload["message"] = message
-        if latency is not None:
-            payload["latencyMs"] = round(latency, 1)
-        if self.model is not None:
-            # completions withheld below the server's threshold in the last minute, and that threshold
-            payload["withheld"] = self.model.withheld()
-            if self.model.fim_threshold is not None:
-                payload["fimThreshold"] = self.model.fim_threshold
-        payload["excluded"] = self.excluded.listing(self.path_of)
-        self.protocol.notify(STATUS, payload)
-
-    def info(self) -> dict[str, Any]:
-        """``editserver/info``: live state for health checks (never a cached status)."""
-        out: dict[str, Any] = {
-            "state": DISABLED if not (self.settings.enable_fim or self.settings.enable_next_edit) else None
-        }
-        if self.model is not None:
-            out = {**self.model.info(), **({"state": out["state"]} if out["state"] else {})}
-        out["lspLog"] = self.log_file
-        out["excluded"] = self.excluded.listing(self.path_of)
-        out["excludeFiles"] = list(self.settings.excluded_patterns)
-        out["thresholdHelp"] = "editserver serve --fim-threshold X (0 shows every completion)"
-        return out
-
-    def path_of(self, uri: str) -> str:
-        path = uri_to_path(uri)
-        if self.root and path.startswith(self.root.rstrip("/") + "/"):
-            return os.path.relpath(path, self.root)
-        return path
-
-    def others(self, uri: str) -> list[tuple[str, Any, ParsedDocument]]:
-        return [
-            (self.path_of(u), self.docs.docs[u], p)
-            for u, p in self.parsed.items()
-            if u != uri and u in self.docs.docs and u not in self.excluded
-        ]
-
-    def doc_for(self, uri: Any, where: str):
-        if not isinstance(uri, str):
-            raise _invalid(f"{where}: textDocument.uri must be a string")
-        doc = self.docs.get(uri)
-        if doc is None:
-            raise _invalid(f"{where}: document {uri} is not open (send textDocument/didOpen first)")
-        return doc
-
-    def active(self, feature: bool, doc) -> bool:
-        return (
-            feature
-            and self.settings.handles(doc.language_id)
-            and self.model is not None
-            and self.model.state == READY
-        )
+        payload = self.state.status(message)
+        if payload is not None:
+            self.protocol.notify(STATUS, payload)
 
 
-def _replace(s: Settings, **kw) -> Settings:
-    return dataclasses.replace(s, **kw)
+FEATURES: list[tuple[str, Any, Callable]] = []  # (method, options, handler), registered by create_server
+
+
+def handles(method: str, options: Any = None) -> Callable[[Callable], Callable]:
+    """Enter a handler in ``FEATURES`` (pygls' ``@server.feature``, for the server create_server makes)."""
+
+    def enter(handler: Callable) -> Callable:
+        FEATURES.append((method, options, handler))
+        return handler
+
+    return enter
 
 
 def create_server(
@@ -241,192 +166,314 @@ def create_server(
 ) -> EditLanguageServer:
     """A fresh server; CLI flags (when given) override the defaults that client options start from."""
     server = EditLanguageServer(server_url, autostart, model_dir)
-    _register_lifecycle(server)
-    _register_documents(server)
-    _register_completion(server)
-    register_next_edit(server, INLINE_ACCEPTED)
-    register_telemetry(server, INLINE_ACCEPTED)
-    register_workspace(server)
-    _register_diagnostics(server)
+    for method, options, handler in FEATURES:
+        server.feature(method, options)(handler)
+    server.command(INLINE_ACCEPTED)(inline_accepted)
     return server
 
 
-# ---- lifecycle and settings ---------------------------------------------------------------------
-def _register_lifecycle(ls: EditLanguageServer) -> None:
-    @ls.feature(types.INITIALIZE)
-    def initialize(params: types.InitializeParams) -> None:
-        ls.pending_warnings += ls.apply_settings(params.initialization_options, initial=True)
-        enc = ls.workspace.position_encoding
-        ls.docs.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(str(getattr(enc, "value", enc)), UTF16)
-        ls.root = workspace_root(params)
-        ls.roots = workspace_roots(params)
-
-    @ls.feature(types.INITIALIZED)
-    async def initialized(params: types.InitializedParams) -> None:
-        for w in ls.pending_warnings:
-            ls.show(2, w)
-        ls.model = ls._make_model()
-        ls.send_status()
-        start_index(ls)
-        await ls.model.start()
-
-    @ls.feature(types.SHUTDOWN)
-    async def shutdown(*args) -> None:
-        if ls.model is not None:
-            await ls.model.close()
-        ls.telemetry.close()
-
-    @ls.feature(types.EXIT)
-    def exit_(*args) -> None:
-        if ls.model is not None:
-            ls.model.stop_child()
-
-    @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
-        raw = settings_from_change(params.settings)
-        ws = ls.client_capabilities.workspace
-        if not isinstance(raw, dict) and ws is not None and ws.configuration:
-            # pull model (VS Code without `synchronize`): the notification only says "changed"
-            try:
-                (raw,) = await ls.workspace_configuration_async(
-                    types.ConfigurationParams(items=[types.ConfigurationItem(section="editserver")])
-                )
-            except Exception as e:  # a client that advertises but fails: keep the current settings
-                log.warning("workspace/configuration failed: %s", e)
-                return
-        for w in ls.apply_settings(raw):
-            ls.show(2, w)
+# ---- helpers over params -------------------------------------------------------------------------
+def _document(st: ServerState, uri: Any, where: str) -> Document:
+    """The open document ``uri``, or a clear InvalidParams error."""
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams(f"{where}: textDocument.uri must be a string")
+    doc = st.docs.get(uri)
+    if doc is None:
+        raise JsonRpcInvalidParams(f"{where}: document {uri} is not open (send textDocument/didOpen first)")
+    return doc
 
 
-# ---- documents ----------------------------------------------------------------------------------
-def _register_documents(ls: EditLanguageServer) -> None:
-    @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(params: types.DidOpenTextDocumentParams) -> None:
-        td = params.text_document
-        doc = ls.docs.open(td.uri, td.text, td.version, td.language_id)
-        grammar = grammar_name(td.language_id, td.uri)
-        if grammar is not None:
-            ls.parsed[td.uri] = ParsedDocument(grammar, doc.text)
-        if ls.check_excluded(td.uri) is not None:
-            ls.send_status()  # the clients say why this file gets no suggestions
-            return
-        ls.viewed.view(td.uri, ls.path_of(td.uri), doc.text, 0)
-
-    @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(params: types.DidChangeTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        doc = ls.docs.get(uri)
-        if doc is None:
-            log.warning("didChange for unopened %s", uri)
-            return
-        parsed = ls.parsed.get(uri)
-        for change in params.content_changes:
-            before = doc.text
-            if isinstance(change, types.TextDocumentContentChangePartial):
-                r = change.range
-                edit = doc.apply(change.text, (r.start.line, r.start.character, r.end.line, r.end.character))
-                full = False
-            else:
-                edit = doc.apply(change.text, None)
-                full = True
-            if parsed is not None:
-                parsed.update(edit, doc.text, full=full)
-            if uri not in ls.excluded:
-                ls.history.record(uri, ls.path_of(uri), before, doc.text, edit.start, edit.new_end)
-        doc.version = params.text_document.version
-        ls.fim.cancel_inflight(uri)  # a newer keystroke makes in-flight completions stale
-        older = ls.next_inflight.pop(uri, None)
-        if older is not None and not older.done():
-            older.cancel()  # so do next edits planned on the old text
-
-    @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(params: types.DidSaveTextDocumentParams) -> None:
-        if ls.index is not None:
-            ls.index.update(uri_to_path(params.text_document.uri))
-
-    @ls.feature("textDocument/didFocus")
-    def did_focus(params: Any) -> None:
-        """Copilot's focus notification (``{textDocument: {uri}}``): a recently viewed file."""
-        td = params.get("textDocument") if isinstance(params, dict) else None
-        doc = ls.docs.get(td.get("uri")) if isinstance(td, dict) else None
-        if doc is not None and doc.uri not in ls.excluded:
-            ls.viewed.view(doc.uri, ls.path_of(doc.uri), doc.text, ls.viewed.line_of(doc.uri))
-
-    @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(params: types.DidCloseTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        ls.docs.close(uri)
-        ls.parsed.pop(uri, None)
-        ls.fim.forget(uri)
-        if ls.excluded.forget(uri):
-            ls.send_status()
-
-
-# ---- inline completion --------------------------------------------------------------------------
-def _register_completion(ls: EditLanguageServer) -> None:
-    @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def inline_completion(params: types.InlineCompletionParams) -> types.InlineCompletionList:
-        empty = types.InlineCompletionList(items=[])
-        uri = params.text_document.uri
-        doc = ls.doc_for(uri, "textDocument/inlineCompletion")
-        offset = doc.offset_at(params.position.line, params.position.character)
-        prefix, suffix = doc.text[:offset], doc.text[offset:]
-        if not ls.settings.enable_fim or not ls.settings.handles(doc.language_id) or uri in ls.excluded:
-            return empty
-        ls.viewed.view(uri, ls.path_of(uri), doc.text, params.position.line)
-        cached = ls.fim.from_cache(uri, prefix, suffix)
-        if cached is None:
-            if ls.model is None or ls.model.state != READY:
-                if ls.model is not None:
-                    ls.model.nudge()  # never waits: recovery runs in the background
-                return empty
-            ticket = ls.fim.begin(uri)
-            task = asyncio.ensure_future(fim.answer(ls, doc, offset, prefix, suffix, ticket))
-            ls.fim.inflight[uri] = task
-            try:
-                cached = await task
-            except asyncio.CancelledError:
-                task.cancel()
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # $/cancelRequest: pygls answers RequestCancelled
-                return empty  # superseded by a newer keystroke or request
-            if cached is None:
-                return empty
-        pos = params.position
-        return types.InlineCompletionList(
-            items=[
-                types.InlineCompletionItem(
-                    insert_text=cached.text,
-                    range=types.Range(start=pos, end=pos),
-                    command=types.Command(
-                        title="Accept", command=INLINE_ACCEPTED, arguments=[{"id": cached.id}]
-                    ),
-                )
-            ]
+def _position(p: Any, where: str) -> tuple[int, int]:
+    if not isinstance(p, dict) or not all(
+        isinstance(p.get(k), int) and p[k] >= 0 for k in ("line", "character")
+    ):
+        raise JsonRpcInvalidParams(
+            f"{where}: position must be {{line, character}} with non-negative integers"
         )
+    return p["line"], p["character"]
 
 
-# ---- diagnostics -------------------------------------------------------------------------------
-def _register_diagnostics(ls: EditLanguageServer) -> None:
-    @ls.feature(INFO)
-    def info(params: Any) -> dict:
-        """Live state: server URL and whether it is our own, the serve log, restarts, withheld count."""
-        return ls.info()
+def _next_edit_request(st: ServerState, params: Any, where: str) -> tuple[Document, int, int, bool]:
+    """(document, line, character, automatic) of a next-edit request, or InvalidParams."""
+    if not isinstance(params, dict) or not isinstance(params.get("textDocument"), dict):
+        raise JsonRpcInvalidParams(f"{where}: params must be {{textDocument: {{uri}}, position}}")
+    doc = _document(st, params["textDocument"].get("uri"), where)
+    line, char = _position(params.get("position"), where)
+    trigger = params.get("trigger", "manual")
+    if trigger not in ("auto", "manual"):
+        raise JsonRpcInvalidParams(f'{where}: trigger must be "auto" or "manual"')
+    return doc, line, char, trigger == "auto"
 
-    @ls.feature(DOCUMENT_STATE)
-    def document_state(params: Any) -> dict:
-        """The server's view of a document (text, version, parse counts): for tests and bug reports."""
-        doc = ls.doc_for(params.get("uri") if isinstance(params, dict) else None, DOCUMENT_STATE)
-        parsed = ls.parsed.get(doc.uri)
-        return {
-            "text": doc.text,
-            "version": doc.version,
-            "encoding": doc.encoding,
-            "grammar": parsed.grammar if parsed else None,
-            "fullParses": parsed.full_parses if parsed else 0,
-            "incrementalParses": parsed.incremental_parses if parsed else 0,
-            "history": ls.history.render(ls.settings.history_events),
-            "historyEvents": len(ls.history.recent(ls.settings.history_events)),
-            "recentlyViewed": [sn.path for sn in ls.viewed.snippets(doc.uri, ls.settings.recent_snippets)],
-        }
+
+def _id(params: Any, method: str) -> str | None:
+    if isinstance(params, dict) and isinstance(params.get("id"), str):
+        return params["id"]
+    log.warning("%s without a string id: %r", method, params)
+    return None
+
+
+async def _unless_superseded(task: asyncio.Future[T]) -> tuple[bool, T | None]:
+    """(True, its result) once ``task`` is done; (False, None) when it was cancelled because a newer
+    request or edit superseded it. A client's ``$/cancelRequest`` (this handler's own task cancelled)
+    goes on to pygls, which answers RequestCancelled."""
+    try:
+        return True, await task
+    except asyncio.CancelledError:
+        task.cancel()
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+        return False, None
+
+
+# ---- lifecycle and settings ----------------------------------------------------------------------
+@handles(types.INITIALIZE)
+def initialize(ls: EditLanguageServer, params: types.InitializeParams) -> None:
+    st = ls.state
+    st.pending_warnings += ls.apply_settings(params.initialization_options, initial=True)
+    enc = ls.workspace.position_encoding
+    st.docs.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(str(getattr(enc, "value", enc)), UTF16)
+    st.root = indexing.workspace_root(params)
+    st.roots = indexing.workspace_roots(params)
+
+
+@handles(types.INITIALIZED)
+async def initialized(ls: EditLanguageServer, params: types.InitializedParams) -> None:
+    for w in ls.state.pending_warnings:
+        ls.show(2, w)
+    ls.state.model = ls.make_model()
+    ls.send_status()
+    if indexing.start_index(ls.state):
+        asyncio.ensure_future(indexing.watch(ls.client_capabilities, ls.client_register_capability_async))
+    await ls.state.model.start()
+
+
+@handles(types.SHUTDOWN)
+async def shutdown(ls: EditLanguageServer, *args: Any) -> None:
+    if ls.state.model is not None:
+        await ls.state.model.close()
+    ls.state.telemetry.close()
+
+
+@handles(types.EXIT)
+def exit_(ls: EditLanguageServer, *args: Any) -> None:
+    if ls.state.model is not None:
+        ls.state.model.stop_child()
+
+
+@handles(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+async def did_change_configuration(
+    ls: EditLanguageServer, params: types.DidChangeConfigurationParams
+) -> None:
+    raw = settings_from_change(params.settings)
+    ws = ls.client_capabilities.workspace
+    if not isinstance(raw, dict) and ws is not None and ws.configuration:
+        # pull model (VS Code without `synchronize`): the notification only says "changed"
+        try:
+            (raw,) = await ls.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section="editserver")])
+            )
+        except Exception as e:  # a client that advertises but fails: keep the current settings
+            log.warning("workspace/configuration failed: %s", e)
+            return
+    for w in ls.apply_settings(raw):
+        ls.show(2, w)
+
+
+# ---- documents and the workspace -----------------------------------------------------------------
+@handles(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: EditLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
+    td = params.text_document
+    if ls.state.open(td.uri, td.text, td.version, td.language_id):
+        ls.send_status()  # the clients say why this file gets no suggestions
+
+
+@handles(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: EditLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
+    changes = []
+    for change in params.content_changes:
+        if isinstance(change, types.TextDocumentContentChangePartial):
+            r = change.range
+            changes.append((change.text, (r.start.line, r.start.character, r.end.line, r.end.character)))
+        else:
+            changes.append((change.text, None))
+    td = params.text_document
+    if not ls.state.change(td.uri, td.version, changes):
+        log.warning("didChange for unopened %s", td.uri)
+
+
+@handles(types.TEXT_DOCUMENT_DID_SAVE)
+def did_save(ls: EditLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
+    indexing.files_changed(ls.state, [params.text_document.uri])
+
+
+@handles("textDocument/didFocus")
+def did_focus(ls: EditLanguageServer, params: Any) -> None:
+    """Copilot's focus notification (``{textDocument: {uri}}``): a recently viewed file."""
+    td = params.get("textDocument") if isinstance(params, dict) else None
+    if isinstance(td, dict):
+        ls.state.focus(td.get("uri"))
+
+
+@handles(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: EditLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
+    if ls.state.close(params.text_document.uri):
+        ls.send_status()
+
+
+@handles(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+def did_change_watched_files(ls: EditLanguageServer, params: types.DidChangeWatchedFilesParams) -> None:
+    indexing.files_changed(ls.state, [ch.uri for ch in params.changes])
+
+
+@handles(indexing.INDEX_STATE)
+async def index_state(ls: EditLanguageServer, params: Any) -> dict:
+    """The index's state and build figures; ``{wait: true}`` answers once the build is done."""
+    return await indexing.index_state(ls.state, isinstance(params, dict) and bool(params.get("wait")))
+
+
+# ---- inline completion ---------------------------------------------------------------------------
+@handles(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+async def inline_completion(
+    ls: EditLanguageServer, params: types.InlineCompletionParams
+) -> types.InlineCompletionList:
+    st, pos = ls.state, params.position
+    doc = _document(st, params.text_document.uri, "textDocument/inlineCompletion")
+    offset = doc.offset_at(pos.line, pos.character)
+    prefix, suffix = doc.text[:offset], doc.text[offset:]
+    if not st.settings.enable_fim or not st.settings.handles(doc.language_id) or doc.uri in st.excluded:
+        return types.InlineCompletionList(items=[])
+    st.viewed.view(doc.uri, st.path_of(doc.uri), doc.text, pos.line)
+    answer = st.fim.from_cache(doc.uri, prefix, suffix)
+    if answer is None and st.model_ready():
+        task = asyncio.ensure_future(
+            fim.answer(st, doc, offset, prefix, suffix, st.fim.begin(doc.uri), ls.send_status)
+        )
+        st.fim.inflight[doc.uri] = task
+        _, answer = await _unless_superseded(task)  # superseded: by a newer keystroke or request
+    if answer is None:
+        return types.InlineCompletionList(items=[])
+    accept = types.Command(title="Accept", command=INLINE_ACCEPTED, arguments=[{"id": answer.id}])
+    item = types.InlineCompletionItem(
+        insert_text=answer.text, range=types.Range(start=pos, end=pos), command=accept
+    )
+    return types.InlineCompletionList(items=[item])
+
+
+# ---- next edits ----------------------------------------------------------------------------------
+@handles(NEXT_EDIT)
+async def next_edit(ls: EditLanguageServer, params: Any) -> dict:
+    stream = isinstance(params, dict) and params.get("partialResults") is True
+    return next_edit_json(await _next_edits(ls, params, NEXT_EDIT, stream))
+
+
+@handles(COPILOT_INLINE_EDIT)
+async def copilot_inline_edit(ls: EditLanguageServer, params: Any) -> dict:
+    return copilot_json(await _next_edits(ls, params, COPILOT_INLINE_EDIT), INLINE_ACCEPTED)
+
+
+@handles(APPLY_EDITS)
+async def apply_edits(ls: EditLanguageServer, params: Any) -> dict:
+    """``editserver/applyEdits {id, uri}``: a kept suggestion's edits to one file, through
+    ``workspace/applyEdit``."""
+    app = application(ls.state, params)
+    if isinstance(app, dict):
+        return app  # why nothing is applied
+    return applied(ls.state, app, await ls.workspace_apply_edit_async(app.params))
+
+
+async def _next_edits(ls: EditLanguageServer, params: Any, where: str, stream: bool = False) -> Suggestion:
+    """Validate, make the request's one id, supersede the document's older request, run the stages,
+    keep the suggestion for applyEdits. With ``stream`` each kept region goes out as a partial."""
+    st = ls.state
+    doc, line, char, auto = _next_edit_request(st, params, where)
+    sid = uuid.uuid4().hex  # the request's one id: telemetry, partials, the reply and applyEdits
+    if doc.uri in st.excluded:
+        why = f"excluded: matches excludeFiles pattern {st.excluded[doc.uri]!r}; nothing was sent"
+        return Suggestion(sid, doc, doc.version, skipped=why)
+    st.cancel_next_edit(doc.uri)  # a newer request for the same document supersedes the older one
+    on_kept = partials(ls.protocol.notify, sid, doc) if stream else None
+    task = asyncio.ensure_future(_run_stages(ls, sid, doc, line, char, auto, on_kept))
+    st.next_inflight[doc.uri] = task
+    done, sug = await _unless_superseded(task)
+    if not done:
+        return Suggestion(sid, doc, doc.version, skipped="superseded by a newer edit")
+    remember(st, sug)
+    return sug
+
+
+async def _run_stages(
+    ls: EditLanguageServer,
+    sid: str,
+    doc: Document,
+    line: int,
+    char: int,
+    auto: bool,
+    on_kept: Callable | None,
+) -> Suggestion:
+    """plan -> ask, each answer vetted as it arrives -> reply (lsp/nextedit/). ``auto`` requests ask
+    the model only when the edits since the last request could propagate (nextedit/plan.py)."""
+    st = ls.state
+    ready = st.model_ready()
+    if not (ready and st.settings.enable_next_edit and st.settings.handles(doc.language_id)):
+        return Suggestion(sid, doc, doc.version, skipped="not ready")
+    version = doc.version
+    st.viewed.view(doc.uri, st.path_of(doc.uri), doc.text, line)
+    p = plan_stage.plan(st, doc, doc.offset_at(line, char), auto)
+    if isinstance(p, str):
+        return Suggestion(sid, doc, version, skipped=p)
+    vetter = Vetter(on_kept)
+    await ask(st, p, vetter.take, head_start=on_kept is not None)
+    ls.send_status()
+    return reply(st.telemetry, sid, doc, version, *vetter.ranked())
+
+
+# ---- telemetry: what the user did with a suggestion -----------------------------------------------
+@handles("editserver/didShow")
+def did_show(ls: EditLanguageServer, params: Any) -> None:
+    if (sid := _id(params, "didShow")) is not None:
+        ls.state.telemetry.event(sid, "show")
+
+
+@handles("editserver/didAccept")
+def did_accept(ls: EditLanguageServer, params: Any) -> None:
+    if (sid := _id(params, "didAccept")) is None:
+        return
+    idx, partial, text = params.get("editIndex"), params.get("partial"), params.get("acceptedText")
+    ls.state.telemetry.event(
+        sid,
+        "accept",
+        idx if isinstance(idx, int) else None,
+        partial if partial in ("word", "line") else None,
+        text if isinstance(text, str) else None,
+    )
+
+
+@handles("editserver/didReject")
+def did_reject(ls: EditLanguageServer, params: Any) -> None:
+    if (sid := _id(params, "didReject")) is not None:
+        ls.state.telemetry.event(sid, "reject")
+
+
+def inline_accepted(ls: EditLanguageServer, *args: Any) -> None:
+    """The Accept command of inline items and Copilot's edits (``{id, editIndex?}``)."""
+    arg = args[0] if args else None
+    if isinstance(arg, list) and arg:
+        arg = arg[0]
+    if isinstance(arg, dict) and isinstance(arg.get("id"), str):
+        idx = arg.get("editIndex")
+        ls.state.telemetry.event(arg["id"], "accept", idx if isinstance(idx, int) else None)
+
+
+# ---- diagnostics ---------------------------------------------------------------------------------
+@handles(INFO)
+def info(ls: EditLanguageServer, params: Any) -> dict:
+    """Live state: server URL and whether it is our own, the serve log, restarts, withheld count."""
+    return ls.state.info()
+
+
+@handles(DOCUMENT_STATE)
+def document_state(ls: EditLanguageServer, params: Any) -> dict:
+    """The server's view of a document (text, version, parse counts): for tests and bug reports."""
+    doc = _document(ls.state, params.get("uri") if isinstance(params, dict) else None, DOCUMENT_STATE)
+    return ls.state.document_state(doc)

@@ -1,5 +1,7 @@
 """Typed configuration for the language server, parsed in one place.
 
+Floor 1 (see lsp/__init__.py): over lsp/privacy.py.
+
 Design decisions:
 - The contract's options (``serverUrl, autostart, debounceMs, enableFim, enableNextEdit, languages,
   telemetry: {enabled, path}``) arrive as camelCase JSON from ``initializationOptions`` and from
@@ -71,7 +73,7 @@ class Settings:
     max_candidates: int = 8  # use regions per next-edit request (the server's max_batch is 8)
     candidate_max_lines: int = 3  # a use region: the statement around the use, at most this many lines
     candidate_context_lines: int = 10  # file lines above/below a use region (a short prompt)
-    # next edits in other files: uses of a changed name in the files that import it (lsp/crossfile.py)
+    # next edits in other files: uses of a changed name in the files that import it (nextedit/plan.py)
     cross_file: bool = True
     index_max_files: int = 5000  # the workspace index's bounds (lsp/index.py)
     index_max_bytes: int = 512_000

@@ -1,5 +1,7 @@
 """What one source file declares, imports and uses: the per-file records of the workspace index.
 
+Floor 2 (see lsp/__init__.py): over lsp/treesitter.py and lsp/packages.py.
+
 Design decisions:
 - Pure functions of (path, text): the index runs them in a worker process and stores their JSON
   output in its cache, so nothing here holds tree-sitter objects beyond one call.

@@ -1,5 +1,7 @@
 """Local-only telemetry: suggestions and what the user did with them, in one SQLite file.
 
+Floor 0 (see lsp/__init__.py): imports nothing of the language server.
+
 Design decisions:
 - Nothing is ever sent anywhere: rows go to a SQLite file on this machine (the ``telemetry.path``
   setting), and with ``telemetry.enabled = false`` the file is not even opened.
@@ -18,7 +20,7 @@ Design decisions:
 - The file's layout (``SCHEMA``) and the rule that turns its rows into KTO examples live in
   protocol/telemetry_log.py, shared with ``editserver align``, which may not import the LSP.
 - The notifications that feed it (``editserver/didShow``, ``didAccept``, ``didReject`` and the inline
-  items' accept command) are registered here, by ``register_telemetry``.
+  items' accept command) are handlers in server.py; this module only writes.
 - WAL mode and one short transaction per write keep the cost per keystroke at a fraction of a
   millisecond and let a reader (a training export) run while the editor is open.
 - Telemetry never stops a suggestion: a corrupt file (SQLite says "not a database" or "malformed")
@@ -36,12 +38,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from editserver.protocol.telemetry_log import KEPT, OMITTED, SCHEMA
-
-if TYPE_CHECKING:
-    from editserver.lsp.server import EditLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -215,47 +214,3 @@ class Telemetry:
             if self._db is not None:
                 self._db.close()
                 self._db = None
-
-
-def register_telemetry(ls: EditLanguageServer, inline_accepted: str) -> None:
-    """The didShow / didAccept / didReject notifications and the inline items' accept command."""
-
-    def _id(params: Any, method: str) -> str | None:
-        if isinstance(params, dict) and isinstance(params.get("id"), str):
-            return params["id"]
-        log.warning("%s without a string id: %r", method, params)
-        return None
-
-    @ls.feature("editserver/didShow")
-    def did_show(params: Any) -> None:
-        if (sid := _id(params, "didShow")) is not None:
-            ls.telemetry.event(sid, "show")
-
-    @ls.feature("editserver/didAccept")
-    def did_accept(params: Any) -> None:
-        if (sid := _id(params, "didAccept")) is None:
-            return
-        idx = params.get("editIndex")
-        partial = params.get("partial")
-        text = params.get("acceptedText")
-        ls.telemetry.event(
-            sid,
-            "accept",
-            idx if isinstance(idx, int) else None,
-            partial if partial in ("word", "line") else None,
-            text if isinstance(text, str) else None,
-        )
-
-    @ls.feature("editserver/didReject")
-    def did_reject(params: Any) -> None:
-        if (sid := _id(params, "didReject")) is not None:
-            ls.telemetry.event(sid, "reject")
-
-    @ls.command(inline_accepted)
-    def inline_accepted(*args):
-        arg = args[0] if args else None
-        if isinstance(arg, list) and arg:
-            arg = arg[0]
-        if isinstance(arg, dict) and isinstance(arg.get("id"), str):
-            idx = arg.get("editIndex")
-            ls.telemetry.event(arg["id"], "accept", idx if isinstance(idx, int) else None)

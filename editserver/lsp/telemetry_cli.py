@@ -1,6 +1,8 @@
 """``editserver telemetry purge`` deletes what the language server recorded (lsp/telemetry.py);
 ``editserver telemetry stats`` says what it holds and how much of it ``editserver align`` can use.
 
+Floor 2 (see lsp/__init__.py): over lsp/settings.py; a command of its own, never imported by the server.
+
 Design decisions:
 - It lives beside the telemetry writer, in the LSP's room; ``editserver telemetry`` hands over to
   ``python -m editserver.lsp.telemetry_cli`` (as ``editserver lsp`` does), so the app room never

@@ -1,4 +1,6 @@
-"""tree-sitter context: incremental parses, editable regions, definitions and next-edit candidates.
+"""tree-sitter: incremental parses, editable regions, definitions and next-edit candidates.
+
+Floor 1 (see lsp/__init__.py): over lsp/documents.py.
 
 Design decisions:
 - One ``ParsedDocument`` per open document, updated on every change with ``Tree.edit`` plus a

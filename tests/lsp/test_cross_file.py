@@ -19,7 +19,7 @@ from lsprotocol import types
 
 from editserver.bench.index import NOT_USES, PRICING, TS_NOT_USES, USES, write_packages
 from editserver.lsp.index import CACHE_VERSION, WorkspaceIndex
-from editserver.lsp.nextedit import minimal_edits
+from editserver.lsp.rewrite import minimal_edits
 from tests.lsp.conftest import lsp_session
 
 

@@ -12,7 +12,8 @@ import httpx
 
 from editserver.lsp.documents import Document
 from editserver.lsp.model_client import READY, ModelClient
-from editserver.lsp.nextedit import Ask, _ask_one
+from editserver.lsp.nextedit.ask import ask_region
+from editserver.lsp.nextedit.plan import Ask
 from editserver.lsp.treesitter import Region
 
 SRC = "from shop.pricing import compute\n\n\ndef total(items):\n    return compute(items)\n"
@@ -44,7 +45,7 @@ async def test_another_files_region_is_sent_as_cross_file():
     try:
         for distance in (1, 0):
             ask = Ask(doc, None, "app/orders.py", Region(0, 4), SRC.index("compute"), 10, distance=distance)
-            assert await _ask_one(client, ask, history, 5.0) is not None
+            assert await ask_region(client, ask, history, 5.0) is not None
     finally:
         await client._http.aclose()
     assert [b["edit_kind"] for b in bodies] == ["cross_file", "in_file"]

@@ -9,7 +9,10 @@ contract's shapes.
 from __future__ import annotations
 
 from editserver.lsp.documents import Document
-from editserver.lsp.nextedit import Ask, RegionResult, minimal_edits, rank
+from editserver.lsp.nextedit.ask import RegionResult
+from editserver.lsp.nextedit.plan import Ask
+from editserver.lsp.nextedit.vet import rank
+from editserver.lsp.rewrite import minimal_edits
 from editserver.lsp.treesitter import Region
 from tests.lsp.conftest import lsp_session
 
@@ -165,7 +168,7 @@ async def test_next_edit_errors_and_disabled(tiny_server, base_options):
 
 
 def test_region_prompt_round_trips_through_the_model_parser():
-    from editserver.lsp.nextedit import build_region_prompt
+    from editserver.lsp.rewrite import build_region_prompt
     from editserver.protocol.prompt import Snippet, parse_prompt
 
     doc = Document(URI, SRC, 3, "python")
@@ -203,7 +206,7 @@ async def test_newer_next_edit_request_supersedes_older(tiny_server, base_option
 
 
 def test_vet_rejects_wiping_and_syntax_breaking_rewrites():
-    from editserver.lsp.nextedit import vet
+    from editserver.lsp.nextedit.vet import vet
     from editserver.lsp.treesitter import ParsedDocument
 
     doc = Document(URI, SRC, 1, "python")

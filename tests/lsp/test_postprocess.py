@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from editserver.lsp.fim import FimScheduler, indent_style, multiline_allowed, postprocess
+from editserver.lsp.fim import indent_style, multiline_allowed, postprocess
+from editserver.lsp.state import FimScheduler
 
 
 def test_drops_text_that_repeats_the_suffix():

@@ -169,7 +169,7 @@ def test_the_window_cut_is_the_servers_own():
     """With the served tokenizer the prompt is cut to the window as the server cuts it: the server,
     cutting the LSP's prompt for its window, reads exactly what it would read of the whole one."""
     tok = shipped()
-    code = (DEFAULT_CHECKPOINT.parents[2] / "lsp" / "nextedit.py").read_text()
+    code = (DEFAULT_CHECKPOINT.parents[2] / "lsp" / "treesitter.py").read_text()
     lines = code.splitlines(keepends=True)
     above, below = "".join(lines[:200]), "".join(lines[203:400])
     region = "".join(lines[200:203])
