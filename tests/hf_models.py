@@ -259,6 +259,7 @@ QWEN25_ADDED = [
 ]
 DREAM_ADDED = [*QWEN25_ADDED, ("<|beginoftext|>", True), ("<|mask|>", True)]
 DIFFUCODER_ADDED = [*DREAM_ADDED, ("<|dlm_pad|>", True)]
+DREAMON_ADDED = [*DREAM_ADDED, ("<|expand|>", True)]  # right after the mask (151666 -> 151667)
 OPEN_DCODER_ADDED = [*QWEN25_ADDED, ("<|mask|>", True)]
 LLADA_ADDED = [
     ("<|startoftext|>", True),
@@ -300,6 +301,14 @@ PUBLISHED = {
     ),
     "DiffuCoder-7B-Instruct": dict(
         kind="dream", added=DIFFUCODER_ADDED, pad="<|dlm_pad|>", template="jinja", added_json=True
+    ),
+    "DreamOn-v0-7B": dict(
+        kind="dream",
+        added=DREAMON_ADDED,
+        pad="<|endoftext|>",
+        template="config",
+        added_json=True,
+        expand=True,
     ),
     "Open-dCoder-0.5B": dict(
         kind="open-dcoder", added=OPEN_DCODER_ADDED, pad="<|endoftext|>", template="config"
@@ -402,6 +411,8 @@ def make_published(root: Path, name: str, *, dim: int = 64, layers: int = 2, ffn
         raw.update(eos_token_id=eot, pad_token_id=eot, bos_token_id=eot)
         if kind == "dream":
             raw.update(model_type="Dream", architectures=["DreamModel"], mask_token_id=ids["<|mask|>"])
+            if spec.get("expand"):  # DreamOn: the id its sampler reads from the config (docs/open-weights.md)
+                raw["expand_token_id"] = ids["<|expand|>"]
             raw["auto_map"] = {
                 "AutoConfig": "configuration_dream.DreamConfig",
                 "AutoModel": "modeling_dream.DreamModel",

@@ -31,6 +31,7 @@ EXPECTED = {
     "Dream-Coder-v0-Instruct-7B": ("<|endoftext|>", "<|im_end|>", "<|mask|>"),
     "DiffuCoder-7B-Base": ("<|dlm_pad|>", "<|im_end|>", "<|mask|>"),
     "DiffuCoder-7B-Instruct": ("<|dlm_pad|>", "<|im_end|>", "<|mask|>"),
+    "DreamOn-v0-7B": ("<|endoftext|>", "<|im_end|>", "<|mask|>"),
     "Open-dCoder-0.5B": ("<|endoftext|>", "<|im_end|>", "<|mask|>"),
     "LLaDA-8B-Instruct": ("<|endoftext|>", "<|eot_id|>", "<|mdm_mask|>"),
     "LLaDA-1.5": ("<|endoftext|>", "<|eot_id|>", "<|mdm_mask|>"),

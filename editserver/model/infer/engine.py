@@ -53,6 +53,10 @@ Design decisions:
   committed text for good (a dedent out of the hole, a repeated line, runaway repetition): what it
   would write next is never shown, so a runaway answer costs what its trimmed text costs, whatever
   ``max_tokens`` says. The raw text is then the committed start; the shown text is the same.
+- A family whose model chooses its answer's length (DreamOn, model/infer/canvas_edit.py) decodes
+  FIM on a canvas that starts at the publisher's 4 masks and that the model widens (``<|expand|>``)
+  and narrows (end-of-text in the gap): ``max_tokens`` is only the bound on its width, checked
+  against the context window up front.
 - A single-line FIM request also gets its effort's step budget (``line_steps``, unmasking.StepBudget):
   each block takes at most that many steps, the last committing whatever is still masked. Multi-line
   requests keep no budget (a 32-token block of code in 4 steps would be 8 tokens a step, far past
@@ -234,9 +238,11 @@ class Engine:
 
     def plan(self, req: FimRequest | EditRequest) -> DecodePlan:
         """Everything the request's decode needs (model/infer/plan.py); ValueError on bad options."""
+        kind = self.kind_of(req)
+        edit = self.layout.canvas_edit if kind != "edit" else None  # FIM only: what the family was tuned for
         if req.options.published:
-            return published_plan(self.family, req.options, self.kind_of(req), self.layout.exact_cache)
-        return plan_for(self.inference, req.options, self.kind_of(req), self.cache)
+            return published_plan(self.family, req.options, kind, self.layout.exact_cache, edit)
+        return plan_for(self.inference, req.options, kind, self.cache, edit)
 
     def resolve_effort(self, effort: str | None, edit: bool = False) -> str:
         """The effort a request runs at (model/infer/plan.py ``resolve_effort``)."""
@@ -274,7 +280,10 @@ class Engine:
         """A decode of requests planned ``plan`` that more can join while it runs (``Running``)."""
         # read at every decode, not once at load: ``self.inference`` may be replaced (server overrides)
         self.model.draft_bias = self.inference.draft_bias
-        tokens = Tokens(self.tok.mask_id, self.tok.eot_id, tuple(self.suppressed_ids()))
+        keep = plan.edit.proposes if plan.edit is not None else ()  # a canvas edit's own ids
+        tokens = Tokens(
+            self.tok.mask_id, self.tok.eot_id, tuple(i for i in self.suppressed_ids() if i not in keep)
+        )
         return Running(self.model, plan, tokens, self.device, self.plan, self._member)
 
     def _member(self, req: FimRequest | EditRequest, plan: DecodePlan, deliver: Callable) -> Member:
@@ -288,11 +297,14 @@ class Engine:
         contexts, suffixes, canvas_lens, parsed, dropped = self._layout(rows)
         canvas_len = max(canvas_lens)
         first = None
-        if plan.kind != "edit" and not plan.fixed_canvas:  # the canvas grows (module docstring)
+        if plan.edit is not None:  # the model widens its canvas up to max_tokens (canvas_edit.py)
+            first = min(plan.edit.start, canvas_len)
+        elif plan.kind != "edit" and not plan.fixed_canvas:  # the canvas grows (module docstring)
             start = self.inference.line_max_tokens if plan.kind == "line" else self.inference.fim_max_tokens
             first = max(min(n, start) for n in canvas_lens)
         for ctx, suf in zip(contexts, suffixes):
-            self._check_fits(len(ctx) + len(suf or ()), canvas_len if first is None else first)
+            fits = canvas_len if first is None or plan.edit is not None else first
+            self._check_fits(len(ctx) + len(suf or ()), fits)
 
         def done(m: Member) -> None:
             latency = time.perf_counter() - t0

@@ -24,6 +24,9 @@ Design decisions:
   longer than the context is cut as our own model's window cuts (``fit_prompt``), and the
   completion reports the tokens dropped. Decoding
   uses Fast-dLLM's dual cache (``DualCache``), approximate; ``InPlaceNoCache`` is the exact reference.
+- A layout also names the family's canvas edit (``canvas_edit``, model/infer/canvas_edit.py), None for all
+  but DreamOn: ``BOS prefix [MASK]*n suffix EOS`` as Dream's, with ``<|expand|>`` and end-of-text
+  reshaping the gap (the expand id from the checkpoint's tokenizer, ``expand_id``; model/infer/hf/).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import torch
 
 from editserver.model.infer.cache import CachePolicy, ContextCache, DualCache, InPlaceNoCache, NoCache, Rows
+from editserver.model.infer.canvas_edit import ExpandDelete
 from editserver.protocol.prompt import (
     EDIT_CLOSE,
     EDIT_OPEN,
@@ -63,6 +67,7 @@ class OwnLayout:
         self.tok = tok
         self.cache: CachePolicy = ContextCache()
         self.exact_cache: CachePolicy = NoCache()
+        self.canvas_edit: ExpandDelete | None = None
 
     def fim(
         self, pre: list[int], suf: list[int], canvas: int, window: int | None
@@ -111,6 +116,7 @@ class OwnLayout:
 # per family: (begin-of-text before the prefix, end-of-text after the suffix); docs/open-weights.md
 INFILL = {
     "dream": (True, True),
+    "dreamon": (True, True),  # DreamOn's quickstart and eval/generator.py: BOS prefix masks suffix EOS
     "open-dcoder": (False, False),
     "llada": (True, False),
     "llada-moe": (False, False),
@@ -130,6 +136,10 @@ class InPlaceLayout:
         self.head = [tok.bos_id] if bos and tok.bos_id is not None else []
         self.tail = [tok.eos_id] if eos and getattr(tok, "eos_id", None) is not None else []
         self.fim_overhead = max(1, len(self.head)) + len(self.tail)  # [B|E] prefix canvas suffix [E]
+        expand = getattr(tok, "expand_id", None)
+        self.canvas_edit = (
+            ExpandDelete(expand, tok.eos_id) if family == "dreamon" and expand is not None else None
+        )
 
     def _lead(self, ids: list[int]) -> list[int]:
         """A shifted family reads the canvas's first token from the position before it."""

@@ -10,6 +10,11 @@ Design decisions:
 - The pieces are small objects, not string flags: the unmasking rule (model/infer/unmasking.py), the cache
   policy (model/infer/cache.py, chosen by the model family), and plain numbers for the block, the
   extra one-line canvases and sampling.
+- A family whose model chooses its answer's length (DreamOn) adds a canvas edit (``edit``,
+  model/infer/canvas_edit.py) to its FIM plans: the canvas is one block that the edit widens and
+  narrows, so it has no block size, extra canvases or step budget of its own; every other piece (the
+  effort's rule, the cache policy, sampling) is the family's as usual. Its published plan is the
+  publisher's loop with the same edit.
 - One-line FIM requests (their stops include a newline) are a kind of their own ("line"): they get the
   effort's step budget (``line_steps``) and the checkpoint's ``line_canvases``, decoded as extra rows
   whose likeliest answer wins (model/infer/engine.py). Measured on the shipped checkpoint:
@@ -21,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from editserver.model.infer.cache import CachePolicy
+from editserver.model.infer.canvas_edit import ExpandDelete
 from editserver.model.infer.config import EffortPreset, InferenceConfig
 from editserver.model.infer.unmasking import (
     JointRule,
@@ -55,20 +61,30 @@ class DecodePlan:
     # canvas lengths side by side (SamplingOptions.canvases, model/infer/lengths.py)
     line_canvases: tuple[int, ...] = ()
     fixed_canvas: bool = False  # the whole canvas from the first step (a published loop's), never grown
+    edit: ExpandDelete | None = None  # the canvas reshaped between steps (model/infer/canvas_edit.py)
 
 
 # an open family's published loop: (order by entropy, block size); model/infer/unmasking.py PublishedRule
-PUBLISHED = {"dream": (True, 1 << 20), "open-dcoder": (True, 1 << 20), "llada": (False, 32)}
+PUBLISHED = {
+    "dream": (True, 1 << 20),
+    "dreamon": (True, 1 << 20),  # DreamOn's sampler: alg="entropy", number_transfer_tokens=1
+    "open-dcoder": (True, 1 << 20),
+    "llada": (False, 32),
+}
+WHOLE = 1 << 20  # a block as wide as any canvas: an edited canvas is one block
 
 
-def published_plan(family: str, options, kind: str, cache: CachePolicy) -> DecodePlan:
+def published_plan(
+    family: str, options, kind: str, cache: CachePolicy, edit: ExpandDelete | None = None
+) -> DecodePlan:
     """The family's published generation loop, one token per step on the exact ``cache``
-    (``--decode published``); ValueError for a family without one."""
+    (``--decode published``), with the family's canvas ``edit`` if it has one; ValueError for a
+    family without one."""
     if family not in PUBLISHED:
         raise ValueError(f"no published decoding loop for the {family} family; families: {sorted(PUBLISHED)}")
     entropy, block = PUBLISHED[family]
     sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
-    return DecodePlan(kind, "published", PublishedRule(entropy), block, cache, sampling, (), True)
+    return DecodePlan(kind, "published", PublishedRule(entropy), block, cache, sampling, (), True, edit)
 
 
 def resolve_effort(inference: InferenceConfig, effort: str | None, kind: str) -> str:
@@ -91,10 +107,13 @@ def _rule(preset: EffortPreset, kind: str, options) -> UnmaskRule:
     return ThresholdRule(options.threshold if options.threshold is not None else preset.threshold)
 
 
-def plan_for(inference: InferenceConfig, options, kind: str, cache: CachePolicy) -> DecodePlan:
+def plan_for(
+    inference: InferenceConfig, options, kind: str, cache: CachePolicy, edit: ExpandDelete | None = None
+) -> DecodePlan:
     """The plan of a request of ``kind`` with ``options`` (model/infer/engine.py ``SamplingOptions``)
-    on a checkpoint with ``inference`` settings, decoded with the model family's ``cache`` policy.
-    ValueError on options that cannot be served, with the words a client sees."""
+    on a checkpoint with ``inference`` settings, decoded with the model family's ``cache`` policy
+    (and its canvas ``edit``, module docstring). ValueError on options that cannot be served, with the
+    words a client sees."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     effort = resolve_effort(inference, options.effort, kind)
@@ -103,12 +122,14 @@ def plan_for(inference: InferenceConfig, options, kind: str, cache: CachePolicy)
     if block < 1:
         raise ValueError(f"block_size must be at least 1, got {block}")
     rule = _rule(preset, kind, options)
+    sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
+    if edit is not None:
+        return DecodePlan(kind, effort, rule, WHOLE, cache, sampling, edit=edit)
     steps = options.line_steps if options.line_steps is not None else preset.line_steps
     if steps is not None and steps < 0:
         raise ValueError(f"line_steps must be at least 0 (0: no budget), got {steps}")
     if kind == "line" and steps and not options.sequential:
         rule = StepBudget(rule, steps)
-    sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
     fixed = tuple(sorted(set(getattr(options, "canvases", ()) or ()))) if kind != "edit" else ()
     if any(n < 1 for n in fixed):
         raise ValueError(f"canvases must be positive, got {list(fixed)}")

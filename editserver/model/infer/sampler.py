@@ -31,7 +31,14 @@ Alg. 2 with low-confidence remasking). Design decisions:
   (``join`` refuses a member whose block boundaries would not). Greedy decoding only, for the
   scheduler (server/scheduler.py): with sampling, rows share the generator's draws.
 - Only rows with something left to decide are computed: the cache state is cut to them.
-- Committed tokens are never re-masked or changed; the mask token and layout tags are never proposed.
+- Canvas edits (``plan.edit``, model/infer/canvas_edit.py): a family whose model chooses its answer's
+  length reshapes each row's canvas after a step's commits (DreamOn: an expand becomes two masks, a
+  committed end-of-text in the gap is removed), before the ``done`` hook and the end-of-text fill read
+  it. The block's end follows the widths, and a width that changed re-prepares the cache state:
+  positions after the change moved, so every key/value is recomputed at the next step (a
+  ``DualCache`` refresh; its prefix could be kept, but its values read the old canvas too).
+- Committed tokens are never re-masked or changed, except by a canvas edit; the mask token and layout
+  tags are never proposed.
 - Pure with respect to randomness: sampling (temperature > 0) draws only from the explicit
   ``torch.Generator``; greedy decoding draws nothing. Stats come back with the tokens.
 """
@@ -81,9 +88,10 @@ def choose_tokens(
 
 
 def _penalty(plan: DecodePlan, bias: torch.Tensor, c: Canvas, idx: torch.Tensor, eot_id: int) -> torch.Tensor:
-    """[b, V] what each computed row's logits lose: the suppressed ids, and the presence penalty."""
-    V = bias.shape[0]
-    penalty = -bias.expand(len(idx), V)
+    """[b, V] what each computed row's logits lose: the suppressed ids (bias [V], or [B, V] per row),
+    and the presence penalty."""
+    V = bias.shape[-1]
+    penalty = -bias[idx] if bias.dim() == 2 else -bias.expand(len(idx), V)
     if plan.sampling.presence_penalty:
         seen = torch.zeros((len(idx), V), device=bias.device)
         seen.scatter_(1, torch.where(c.fixed[idx], c.tokens[idx], eot_id), 1.0)  # committed tokens
@@ -101,7 +109,7 @@ def step(
     blk: slice,
     width: int,  # positions of the canvas in use
     k: int,  # steps this block has taken
-    bias: torch.Tensor,  # [V] -inf on ids never proposed
+    bias: torch.Tensor,  # [V] (or [B, V] per row) -inf on ids never proposed
     tokens: Tokens,
     generator: torch.Generator | None,
     hooks: Hooks,
@@ -137,12 +145,24 @@ def step(
 
 
 def _apply(
-    c: Canvas, blk: slice, commit: torch.Tensor, tok: torch.Tensor, conf: torch.Tensor, hooks: Hooks, eot: int
+    c: Canvas,
+    blk: slice,
+    commit: torch.Tensor,
+    tok: torch.Tensor,
+    conf: torch.Tensor,
+    hooks: Hooks,
+    eot: int,
+    edit: Callable[[torch.Tensor], None] | None = None,
 ):
-    """Commit a step's tokens, end the rows ``hooks.done`` names, fill after end-of-text."""
+    """Commit a step's tokens, reshape the canvas (``edit`` of the commits [B, N]), end the rows
+    ``hooks.done`` names, fill after end-of-text."""
     c.tokens[:, blk] = torch.where(commit, tok, c.tokens[:, blk])
     c.conf[:, blk] = torch.where(commit, conf, c.conf[:, blk])
     c.fixed[:, blk] |= commit
+    if edit is not None:
+        committed = torch.zeros_like(c.fixed)  # [B, N]
+        committed[:, blk] = commit
+        edit(committed)
     if hooks.done is not None:
         ended = hooks.done(c.tokens, c.fixed, c.conf) & ~c.fixed.all(dim=1)  # [B]
         if bool(ended.any()):
@@ -168,7 +188,18 @@ def _rows_of(members: list[Member], dev: torch.device) -> torch.Tensor:
     return torch.tensor(idx, dtype=torch.long, device=dev)
 
 
-_STATE = ("members", "c", "off", "n", "w", "start", "state", "sub", "sub_rows")  # what a failed join restores
+_STATE = (
+    "members",
+    "c",
+    "off",
+    "n",
+    "w",
+    "budget",
+    "start",
+    "state",
+    "sub",
+    "sub_rows",
+)  # what a failed join restores
 
 
 class Decode:
@@ -189,6 +220,7 @@ class Decode:
         self.members: list[Member] = []  # in row order; done members leave at the next re-prepare
         self.c: Canvas | None = None
         self.off = self.n = self.w = None  # [B] canvas start, canvas length, width in use (own coordinates)
+        self.budget = None  # [B] expands each row may still make (``plan.edit``)
         self.start = 0  # the next block's first canvas position
         self.state = self.sub = self.sub_rows = None
         self.steps = 0
@@ -237,7 +269,7 @@ class Decode:
         if c is not None:
             rows = _rows_of(keep, c.tokens.device)
             c = Canvas(*(x[rows] for x in vars(c).values()))
-            off, n, w = self.off[rows], self.n[rows], self.w[rows]
+            off, n, w, budget = self.off[rows], self.n[rows], self.w[rows], self.budget[rows]
         if m is not None:
             dev = m.rows.context.device
             N, start = m.canvas_len, self.start
@@ -248,7 +280,7 @@ class Decode:
                         for t in (torch.long, torch.bool, torch.float, torch.long, torch.bool)
                     )
                 )
-                off = n = w = torch.zeros(0, dtype=torch.long, device=dev)
+                off = n = w = budget = torch.zeros(0, dtype=torch.long, device=dev)
             if c.tokens.shape[1] < start + N:
                 c = _pad_columns(c, start + N - c.tokens.shape[1], self.tokens.mask_id)
             W = c.tokens.shape[1]
@@ -259,12 +291,17 @@ class Decode:
                 real, self.tokens.mask_id, torch.where(j < start, self.tokens.mask_id, self.tokens.eot_id)
             )
             new = Canvas(tok, ~real, (~real & (j >= start)).float(), torch.full_like(tok, -1), real)
+            more = torch.zeros_like(lens)
+            if self.plan.edit is not None:  # past its first width, an edited row's canvas is filler
+                self.plan.edit.open(new, start + w0, self.tokens.eot_id)
+                more = self.plan.edit.budget(lens, m.rows.suffix_lens)
             c = Canvas(*(torch.cat([x, y]) for x, y in zip(vars(c).values(), vars(new).values())))
             off, n, w = (
                 torch.cat([off, torch.full_like(lens, start)]),
                 torch.cat([n, lens]),
                 torch.cat([w, w0]),
             )
+            budget = torch.cat([budget, more])
             keep = [*keep, m]
         cut = int(off.min()) if len(off) else 0  # columns before every open row's canvas
         if cut:
@@ -273,6 +310,7 @@ class Decode:
         for k in keep:
             k.at, k.offset, at = at, k.offset - cut if k is not m else self.start - cut, at + k.size
         self.c, self.off, self.n, self.w, self.start = c, off - cut, n, w, self.start - cut
+        self.budget = budget
         self.members = keep
         self.state = None
         if self.running:  # a failing join must fail here, before the decode goes on
@@ -304,16 +342,22 @@ class Decode:
                     m.calls += int(bool(grow[m.at : m.at + m.size].any()))
                 self.w = torch.where(grow, (self.w + b).minimum(self.n), self.w)
                 self._rebuild(self.open, None)
-            width = int((self.off + self.w.minimum(self.n)).max())
-            if self.start >= width:
+            if self.start >= self._span()[1]:
                 raise RuntimeError("no row has a block left, yet some are open")
-            self._block(slice(self.start, min(width, self.start + b)), width)
-            self.start = min(width, self.start + b)
+            self._block()
+            self.start = self._span()[0].stop  # where the block ended (an edit may have moved it)
 
-    def _block(self, blk: slice, width: int) -> None:
-        """Steps on block ``blk`` until every row has committed it (or left)."""
+    def _span(self) -> tuple[slice, int]:
+        """The current block and the canvas width in use: its end follows the rows' widths, which
+        only a canvas edit changes inside a block."""
+        width = int((self.off + self.w.minimum(self.n)).max())
+        return slice(self.start, min(width, self.start + self.plan.block_size)), width
+
+    def _block(self) -> None:
+        """Steps on the current block until every row has committed it (or left)."""
         c, k, B = self.c, 0, self.c.tokens.shape[0]
-        while bool((active := ~c.fixed[:, blk]).any()):
+        edit = None if self.plan.edit is None else self._edit
+        while bool((active := ~c.fixed[:, (blk := self._span()[0])]).any()):
             self._cancel()
             active = ~c.fixed[:, blk]
             live = active.any(dim=1).nonzero().squeeze(1)  # [b] rows with something to decide
@@ -333,17 +377,17 @@ class Decode:
                 c,
                 self.sub_rows,
                 blk,
-                width,
+                self._span()[1],
                 k,
                 self._bias(),
                 self.tokens,
                 self.generator,
                 self.hooks,
             )
-            _apply(c, blk, commit, tok, conf, self.hooks, self.tokens.eot_id)
-            k, self.steps = k + 1, self.steps + 1
             computed = torch.zeros(B, dtype=torch.long, device=c.tokens.device)
             computed[self.sub_rows] = 1
+            _apply(c, blk, commit, tok, conf, self.hooks, self.tokens.eot_id, edit)
+            k, self.steps = k + 1, self.steps + 1
             for m in self.open:
                 n = int(computed[m.at : m.at + m.size].sum())
                 m.steps, m.row_steps = m.steps + int(n > 0), m.row_steps + n
@@ -351,12 +395,27 @@ class Decode:
             self._leave()
 
     def _bias(self) -> torch.Tensor:
-        """[V] -inf on the ids never proposed: the mask and the layout tags."""
+        """[V] -inf on the ids never proposed: the mask and the layout tags; [B, V] with a canvas
+        edit, which bars its own ids per row (model/infer/canvas_edit.py ``bias``)."""
         if getattr(self, "_bias_v", None) is None:
             bias = torch.zeros(self.model.cfg.vocab_size, device=self.c.tokens.device)
             bias[[self.tokens.mask_id, *self.tokens.suppress_ids]] = float("-inf")
             self._bias_v = bias
+        if self.plan.edit is not None:
+            return self.plan.edit.bias(self._bias_v, self.w.minimum(self.n), self.n, self.budget)
         return self._bias_v
+
+    def _edit(self, committed: torch.Tensor) -> None:
+        """The plan's canvas edit of a step's commits [B, N]; a changed width re-prepares the cache
+        state (module docstring). An edited canvas is one block, so every row starts at column 0."""
+        assert not bool(self.off.any()), "a canvas edit needs every row's canvas at column 0"
+        width = self.w.minimum(self.n)
+        w, self.budget = self.plan.edit.apply(
+            self.c, committed, width, self.n, self.budget, self.tokens.mask_id, self.tokens.eot_id
+        )
+        if bool((w != width).any()):
+            self.w = w
+            self._prepare()
 
     # ---- members' hooks on their own slices ----------------------------------------------------
     def _view(self, m: Member, x: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,13 @@ import torch
 
 from editserver.model.infer.checkpoint import Checkpoint
 from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig
-from editserver.model.infer.hf.families import UnsupportedModelError, detect, refuse_unserved
+from editserver.model.infer.hf.families import (
+    EXPAND_NAME,
+    UnsupportedModelError,
+    detect,
+    dreamon,
+    refuse_unserved,
+)
 from editserver.model.infer.hf.loader import load_weights, shard_files
 from editserver.model.infer.hf.tokenizer import OpenTokenizer, choose_template, read_tokenizer
 
@@ -47,7 +53,7 @@ def is_open_dir(d: Path) -> bool:
     return not ("model" in cfg and "inference" in cfg)
 
 
-EVALUATED = {"dream": 2048, "open-dcoder": 2048, "llada": 4096, "llada-moe": 4096}
+EVALUATED = {"dream": 2048, "dreamon": 2048, "open-dcoder": 2048, "llada": 4096, "llada-moe": 4096}
 
 
 def open_inference(window: int | None = None) -> InferenceConfig:
@@ -79,6 +85,7 @@ def load_open_checkpoint(
         detect(raw, 0)  # an unknown family is the clearer error
         raise
     cfg = detect(raw, OpenTokenizer.find_mask(hf_tok, tok_cfg))
+    cfg, expand_id = dreamon(cfg, raw, hf_tok.token_to_id(EXPAND_NAME))  # a Dream fine-tune's own family
     shard_files(d)  # a missing shard fails before anything is built
     cfg = dataclasses.replace(
         cfg, max_seq_len=min(cfg.max_position_embeddings, max_context or CONTEXT_LENGTH)
@@ -92,6 +99,7 @@ def load_open_checkpoint(
     if not 0 <= cfg.mask_id < cfg.vocab_size:
         raise ValueError(f"mask token id {cfg.mask_id} lies outside the vocabulary of {cfg.vocab_size}")
     tok.mask_id = cfg.mask_id
+    tok.expand_id = expand_id  # DreamOn's canvas edit (model/infer/canvas_edit.py); None elsewhere
     model = load_weights(d, cfg, device, dtype)
     meta = {"family": cfg.family, "source": str(d), "dtype": str(dtype).removeprefix("torch.")}
     return Checkpoint(model, tok, open_inference(window), meta, family=cfg.family)

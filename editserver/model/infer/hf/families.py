@@ -25,6 +25,9 @@ What was checked against the published files (2026-12-02, read through the searc
   embedding_size``; weights ``model.transformer.{wte, blocks.N.{attn_norm, q_proj, k_proj, v_proj,
   attn_out, ff_norm, ff_proj, up_proj, ff_out}, ln_f, ff_out}``; the block computes
   ``ff_out(silu(ff_proj(x)) * up_proj(x))``; mask 126336, end of text 126081; logits not shifted.
+- DreamOn (Dream-org/DreamOn-v0-7B, a Dream-Coder fine-tune; docs/open-weights.md, DreamOn): a Dream
+  directory whose config.json names ``expand_token_id`` or whose tokenizer holds ``<|expand|>`` (151667,
+  right after the mask). Never by model_type alone: it says "Dream" like every Dream model.
 - Open-dCoder: a plain Qwen2 directory (model_type "qwen2") whose tokenizer holds a mask token;
   shifted like Dream (it continues a causal Qwen2.5-Coder).
 """
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from editserver.model.infer.hf import unserved
 from editserver.model.infer.hf.moe import MoeSpec, Softmax
@@ -221,6 +224,22 @@ def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
         f"unknown model family (model_type {mtype!r}, architectures {archs}); "
         f"supported families: {'; '.join(SUPPORTED)}"
     )
+
+
+EXPAND_NAME = "<|expand|>"  # DreamOn's token that widens the gap by one mask
+
+
+def dreamon(cfg: OpenConfig, raw: dict, tokenizer_expand_id: int | None) -> tuple[OpenConfig, int | None]:
+    """A Dream-family ``cfg`` whose config.json (``raw``) names ``expand_token_id`` or whose tokenizer
+    holds ``<|expand|>`` is DreamOn: (the family "dreamon", its expand id); anything else as it was."""
+    expand = raw.get("expand_token_id", tokenizer_expand_id)
+    if cfg.family != "dream" or expand is None:
+        return cfg, None
+    if not 0 <= int(expand) < cfg.vocab_size:
+        raise UnsupportedModelError(
+            f"expand token id {expand} lies outside the vocabulary of {cfg.vocab_size}"
+        )
+    return replace(cfg, family="dreamon"), int(expand)
 
 
 _QWEN2 = re.compile(r"^model\.(.+)$")
