@@ -23,6 +23,10 @@ python -m editserver.cli bench step --shape qwen2-7b --batches 1,16 --canvas 16 
 python -m editserver.cli bench step --shape qwen2-7b --batches 1 --canvas 16 --context 512 --suffix 512 \
   --reuse off,on,suffix --repeat 3 --dtype bfloat16 --bandwidth-mib 4096 \
   --json "$OUT/step-qwen2-7b-typing.json" 2>&1 | tee "$OUT/step-qwen2-7b-typing.txt"
+# DreamOn at the 7B shape (random weights, its expand forced so the gap grows 4 -> 64): the published
+# loop (one token a step, exact cache) against our default (dual cache), steps and ms per step.
+python docs/dreamon_step.py --shape qwen2-7b --device cuda --dtype bfloat16 --bound 64 \
+  --json "$OUT/dreamon-qwen2-7b.json" 2>&1 | tee "$OUT/dreamon-qwen2-7b.txt"
 # The typing replay at 7B through two servers (context reuse off and on): needs a downloaded 7B
 # diffusion model directory in MODEL_7B (for example Dream-Coder-v0-Instruct-7B) and the commit
 # records in EDITS (default ../shared/data/edits).
