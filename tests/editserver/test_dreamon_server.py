@@ -14,6 +14,7 @@ import sys
 import httpx
 import pytest
 
+from tests.editserver.test_bench_fim import TASK
 from tests.hf_dreamon import make_dreamon
 from tests.lsp.conftest import REPO, quiet_env, serving
 
@@ -43,21 +44,12 @@ def test_fim_answers_are_as_long_as_the_model_chooses(directory, tmp_path):
 
 
 def test_bench_fim_compares_published_and_default(directory, tmp_path):
-    task = {
-        "task_id": "T/0",
-        "entry_point": "add",
-        "prompt": "def add(a, b):\n",
-        "suffix": "",
-        "canonical_solution": "    return a + b\n",
-        "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
-    }
     suite = tmp_path / "mini-singleline-infilling.jsonl.gz"
-    with gzip.open(suite, "wt") as fh:
-        fh.write(json.dumps(task) + "\n")
+    suite.write_bytes(gzip.compress((json.dumps(TASK) + "\n").encode()))
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "editserver.cli", "bench", "fim", "--suite", str(suite), "--model"]
-    cmd += [str(directory), "--json", str(out), "--max-tokens", "8", "--no-sequential", "--threads", "1"]
-    cmd += ["--decode", "published,default"]
+    args = ["bench", "fim", "--suite", suite, "--model", directory, "--json", out, "--max-tokens", "8"]
+    args += ["--no-sequential", "--threads", "1", "--decode", "published,default"]
+    cmd = [sys.executable, "-m", "editserver.cli", *map(str, args)]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=quiet_env(), timeout=600)
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
