@@ -27,6 +27,12 @@ python -m editserver.cli bench step --shape qwen2-7b --batches 1 --canvas 16 --c
 # loop (one token a step, exact cache) against our default (dual cache), steps and ms per step.
 python docs/dreamon_step.py --shape qwen2-7b --device cuda --dtype bfloat16 --bound 64 \
   --json "$OUT/dreamon-qwen2-7b.json" 2>&1 | tee "$OUT/dreamon-qwen2-7b.txt"
+# LLaDA-MoE-7B-A1B at its real shape (random weights) against a dense model of the same total size:
+# ms per step and the expert bytes a 16-row canvas reads.
+for shape in llada-moe-7b-a1b dense-7b-as-llada-moe; do
+  python -m editserver.cli bench step --shape $shape --batches 1,16 --canvas 16 --context 512 --repeat 3 \
+    --dtype bfloat16 --json "$OUT/step-$shape.json" 2>&1 | tee "$OUT/step-$shape.txt"
+done
 # The typing replay at 7B through two servers (context reuse off and on): needs a downloaded 7B
 # diffusion model directory in MODEL_7B (for example Dream-Coder-v0-Instruct-7B) and the commit
 # records in EDITS (default ../shared/data/edits).

@@ -70,6 +70,10 @@ PUBLISHED = {
     "dreamon": (True, 1 << 20),  # DreamOn's sampler: alg="entropy", number_transfer_tokens=1
     "open-dcoder": (True, 1 << 20),
     "llada": (False, 32),
+    # LLaDA-MoE: the dense family's loop (ML-GSAI/LLaDA generate.py, low-confidence remasking, one
+    # token per step); the publisher's dInfer README runs its fast threshold decoder instead, as our
+    # default plan does. That the model card calls generate.py is unchecked (docs/open-weights.md)
+    "llada-moe": (False, 32),
 }
 WHOLE = 1 << 20  # a block as wide as any canvas: an edited canvas is one block
 
