@@ -186,3 +186,37 @@ async def test_rename_asks_about_interpolated_uses_here_and_in_importers(
             assert hit["cursor"] == {"line": row, "character": col}, (rel, hit)
             assert not asked_at(res, workspace, rel, only_text(text))  # a plain string is no use
         assert uri(workspace, user) in {r["uri"] for r in res["regions"]}
+
+
+def test_click_format_filename_reaches_its_use_in_an_f_string(tmp_path):
+    """The held-out case: click's ``format_filename`` (utils.py) renamed; ``types.py`` uses it in
+    ``f"'{format_filename(value)}': {e.strerror}"`` beside six plain calls. The index now records
+    every use in every importing file, that one included (the old walk skipped the f-string)."""
+    import shutil
+
+    import click
+
+    src = Path(click.__file__).parent
+    root = tmp_path / "ws"
+    shutil.copytree(src, root / "click", ignore=shutil.ignore_patterns("__pycache__"))
+    in_fstring = [
+        i
+        for i, line in enumerate((root / "click" / "types.py").read_text().splitlines())
+        if "{format_filename(" in line
+    ]
+    assert in_fstring, "this click has the f-string use"
+    index = WorkspaceIndex([str(root)], cache_dir=str(tmp_path / "c"))
+    for p in index.scan()[0]:
+        index.update(p)
+    found = {
+        Path(imp.path).name: {r for r, _ in index.files[imp.path]["uses"][imp.key]}
+        for imp in index.importers(str((root / "click" / "utils.py").resolve()), "format_filename")
+    }
+    assert {"types.py", "exceptions.py"} <= set(found)
+    assert set(in_fstring) <= found["types.py"]
+    calls = [
+        i
+        for i, line in enumerate((root / "click" / "types.py").read_text().splitlines())
+        if "format_filename(" in line
+    ]
+    assert set(calls) <= found["types.py"]  # every call, the f-string's among them
