@@ -56,12 +56,12 @@ from editserver.lsp.nextedit import plan as plan_stage
 from editserver.lsp.nextedit.ask import ask
 from editserver.lsp.nextedit.reply import (
     APPLY_EDITS,
+    Partials,
     Suggestion,
     application,
     applied,
     copilot_json,
     next_edit_json,
-    partials,
     remember,
     reply,
 )
@@ -392,11 +392,13 @@ async def _next_edits(ls: EditLanguageServer, params: Any, where: str, stream: b
         why = f"excluded: matches excludeFiles pattern {st.excluded[doc.uri]!r}; nothing was sent"
         return Suggestion(sid, doc, doc.version, skipped=why)
     st.cancel_next_edit(doc.uri)  # a newer request for the same document supersedes the older one
-    on_kept = partials(ls.protocol.notify, sid, doc) if stream else None
+    on_kept = Partials(ls.protocol.notify, sid, doc) if stream else None
     task = asyncio.ensure_future(_run_stages(ls, sid, doc, line, char, auto, on_kept))
     st.next_inflight[doc.uri] = task
     done, sug = await _unless_superseded(task)
     if not done:
+        if on_kept is not None and on_kept.sent:  # shown already: filed, so its events join a row
+            reply(st.telemetry, sid, doc, on_kept.version, on_kept.sent, on_kept.sent)
         return Suggestion(sid, doc, doc.version, skipped="superseded by a newer edit")
     remember(st, sug)
     return sug

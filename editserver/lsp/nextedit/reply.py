@@ -157,23 +157,26 @@ def copilot_json(sug: Suggestion, accept_command: str) -> dict:
     return {"edits": out}
 
 
-def partials(notify: Callable[[str, Any], None], sid: str, doc: Document) -> Callable[[RegionResult], None]:
-    """A callback that sends each kept region as ``editserver/nextEditPartial`` (its ``rank``
-    counting from 0), for the document's version as it is now."""
-    version, sent = doc.version, [0]
+class Partials:
+    """The callback that sends each kept region as ``editserver/nextEditPartial`` (its ``rank``
+    counting from 0), for the document's version as it is now. It keeps what it sent: a request
+    superseded after its first partials still files them under its id (``sent``), so the client's
+    shows and accepts of those partials join a suggestion row."""
 
-    def on_kept(r: RegionResult) -> None:
+    def __init__(self, notify: Callable[[str, Any], None], sid: str, doc: Document):
+        self.notify, self.sid, self.doc, self.version = notify, sid, doc, doc.version
+        self.sent: list[RegionResult] = []
+
+    def __call__(self, r: RegionResult) -> None:
         params = {
-            "id": sid,
-            "textDocument": {"uri": doc.uri, "version": version},
+            "id": self.sid,
+            "textDocument": {"uri": self.doc.uri, "version": self.version},
             "edits": _edit_json(r),
             "score": r.score,
-            "rank": sent[0],
+            "rank": len(self.sent),
         }
-        notify(NEXT_EDIT_PARTIAL, params)
-        sent[0] += 1
-
-    return on_kept
+        self.notify(NEXT_EDIT_PARTIAL, params)
+        self.sent.append(r)
 
 
 # ---- applyEdits ----------------------------------------------------------------------------------
