@@ -109,7 +109,7 @@ def test_a_missing_model_is_a_message(tmp_path) -> None:
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name", ["Open-dCoder-0.5B", "LLaDA-8B-Instruct"])
+@pytest.mark.parametrize("name", ["Open-dCoder-0.5B", "LLaDA-8B-Instruct", "LLaDA-MoE-7B-A1B-Instruct"])
 def test_published_and_default_decodes_in_one_run(tmp_path, name) -> None:
     """``--decode published,default`` on a directory laid out as its publisher ships it: both decodes
     over the same tasks, both rows printed, the published loop one token per step."""

@@ -213,25 +213,3 @@ def test_int8_leaves_the_router_alone(published):
     model = quantize(Engine.load(published[0]).model, "int8")
     moe = model.layers[0].mlp
     assert isinstance(moe.experts[0].up_proj, Int8Linear) and moe.gate.weight.dtype == torch.float32
-
-
-def test_bench_fim_compares_published_and_default(published, tmp_path):
-    """A user with the real weights checks the published figure with ``bench fim --decode
-    published,default``: it runs on the LLaDA-MoE layout (the dense family's published loop)."""
-    import gzip
-    import subprocess
-    import sys
-
-    from tests.editserver.test_bench_fim import TASK
-    from tests.lsp.conftest import REPO, quiet_env
-
-    suite = tmp_path / "mini-singleline-infilling.jsonl.gz"
-    suite.write_bytes(gzip.compress((json.dumps(TASK) + "\n").encode()))
-    out = tmp_path / "r.json"
-    args = ["bench", "fim", "--suite", suite, "--model", published[0], "--json", out, "--max-tokens", "8"]
-    args += ["--no-sequential", "--threads", "1", "--decode", "published,default"]
-    cmd = [sys.executable, "-m", "editserver.cli", *map(str, args)]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=quiet_env(), timeout=600)
-    assert r.returncode == 0, r.stderr
-    result = json.loads(out.read_text())
-    assert result["decode"] == ["published", "default"] and "default_agreement" in result
