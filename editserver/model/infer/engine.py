@@ -90,7 +90,14 @@ from editserver.model.infer.joinable import Running
 from editserver.model.infer.layout import layout_for
 from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.loop_types import Hooks, Member, SampleResult, Tokens
-from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
+from editserver.model.infer.plan import (
+    BLOCK_RULES,
+    DecodePlan,
+    block_plan,
+    plan_for,
+    published_plan,
+    resolve_effort,
+)
 from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
 from editserver.model.infer.requests import Completion, EditRequest, FimRequest, SamplingOptions
 from editserver.model.infer.scoring import aggregate, layout_only
@@ -240,6 +247,12 @@ class Engine:
         """Everything the request's decode needs (model/infer/plan.py); ValueError on bad options."""
         kind = self.kind_of(req)
         edit = self.layout.canvas_edit if kind != "edit" else None  # FIM only: what the family was tuned for
+        if getattr(self.layout, "block", 0):  # block diffusion (model/infer/plan.py ``block_plan``)
+            cache = self.layout.exact_cache if req.options.published else self.cache
+            rule = BLOCK_RULES[self.family](self.layout.block)
+            return block_plan(
+                self.inference, req.options, kind, cache, self.layout.block, rule, req.options.published
+            )
         if req.options.published:
             return published_plan(self.family, req.options, kind, self.layout.exact_cache, edit)
         return plan_for(self.inference, req.options, kind, self.cache, edit)
@@ -314,7 +327,8 @@ class Engine:
 
         hooks = self._hooks(rows, contexts, [list(range(len(rows)))])
         decode_rows = self.layout.rows(contexts, suffixes, canvas_lens, self.inference, self.device)
-        return Member(decode_rows, canvas_len, first, hooks, done)
+        lead = self.layout.lead(contexts[0]) if hasattr(self.layout, "lead") else 0  # block grid
+        return Member(decode_rows, canvas_len, first, hooks, done, lead)
 
     def _layout(self, reqs: list[FimRequest | EditRequest]) -> tuple[list, list, list[int], list, list[int]]:
         """Each row's context ids, suffix ids (or None), canvas length, parsed edit prompt (None for
@@ -391,6 +405,8 @@ class Engine:
                 c.threshold = self.inference.edit_threshold(r.cross_file)
                 c.above_threshold = (not c.unchanged) and c.score >= c.threshold
             else:
+                if hasattr(self.layout, "fim_answer"):  # FIM through a chat template
+                    c.text = self.layout.fim_answer(c.text)
                 c.threshold = self.inference.fim_threshold
                 c.above_threshold = bool(c.text.strip()) and c.score >= c.threshold
             out.append(c)
