@@ -49,6 +49,7 @@ def test_detected_from_the_published_config(sdar):
     assert e.family == "sdar" and e.layout.block == 4 and isinstance(e.cache, BlockCache)
     assert block_size_of(raw, "SDAR-8B-Chat-b16") == 16 and block_size_of(raw, "TraDo-4B-Instruct") == 4
     assert block_size_of(raw, "SDAR-8B-Chat-b16", override=8) == 8
+    assert block_size_of(raw, "hub/models--JetLM--SDAR-8B-Chat-b32/snapshots/0a1b") == 32  # pulled
     assert block_size_of({}, "") == 4  # the older config copy names no block: 4
     with pytest.raises(ValueError):
         block_size_of(raw, "", override=0)
@@ -185,3 +186,33 @@ def test_no_longer_refused():
         )
     except UnsupportedModelError as err:  # pragma: no cover
         pytest.fail(str(err))
+
+
+def test_served_over_http_with_its_block_and_fim_route(tmp_path):
+    """``editserver serve`` on the SDAR directory (loopback): /v1/models reports the block in use
+    (``--block-size`` over the config's 4) and the FIM route; FIM and next edit answer."""
+    import httpx
+
+    from tests.lsp.conftest import serving
+
+    d, _ = make_sdar(tmp_path / "model")
+    with serving(d, tmp_path / "serve.log", "--dtype", "fp32", "--block-size", "8") as url:
+        card = httpx.get(f"{url}/v1/models").json()["data"][0]
+        assert card["family"] == "sdar" and card["block_size"] == 8 and card["fim_route"] == "chat"
+        body = {
+            "model": "editserver",
+            "prompt": "def add(a, b):\n    return ",
+            "suffix": "\n",
+            "max_tokens": 12,
+        }
+        r = httpx.post(f"{url}/v1/fim/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.json()["editserver"]["fim_route"] == "chat" and r.json()["editserver"]["steps"] >= 1
+        edit = {
+            "model": "mercury-edit",
+            "messages": [{"role": "user", "content": ZED_PROMPT}],
+            "max_tokens": 16,
+        }
+        r = httpx.post(f"{url}/v1/edit/completions", json=edit, timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.json()["object"] == "edit.completion"

@@ -156,10 +156,12 @@ class Engine:
         prefix_cache_mb: float | None = None,
         quantize: str = "none",
         prefix_cache_suffix: bool = False,
+        block_size: int | None = None,
     ) -> Engine:
         """``quantize``: "int8" (weight-only int8), "w8a8" (int8 step activations too) or "packed"
         (oneDNN layout) on the CPU (model/infer/quant.py)."""
         kw = {} if max_context is None else {"max_context": max_context}
+        kw.update({} if block_size is None else {"block_size": block_size})
         ck = load_checkpoint(path, device=device, dtype=dtype, chat_template=chat_template, **kw)
         quant.quantize(ck.model, quantize)
         return cls(
@@ -173,6 +175,16 @@ class Engine:
     @property
     def family(self) -> str:
         return self.ck.family
+
+    @property
+    def block_size(self) -> int | None:
+        """A block-diffusion model's block in use (model/infer/layout.py ``BlockLayout``); None otherwise."""
+        return getattr(self.layout, "block", None)
+
+    @property
+    def fim_route(self) -> str:
+        """How FIM requests reach the model: fim-tokens (ours), in-place or chat (the chat template)."""
+        return getattr(self.layout, "route", "fim-tokens" if self.family == "editserver" else "in-place")
 
     @property
     def dtype(self) -> str:

@@ -98,7 +98,9 @@ def load_open_checkpoint(
     cfg = detect(raw, OpenTokenizer.find_mask(hf_tok, tok_cfg))
     cfg, expand_id = dreamon(cfg, raw, hf_tok.token_to_id(EXPAND_NAME))  # a Dream fine-tune's own family
     if cfg.block_size:  # block diffusion: the option, the repository name, then config.json
-        cfg = dataclasses.replace(cfg, block_size=block_size_of(raw, d.name, block_size))
+        # a pulled directory is a snapshot hash under models--OWNER--NAME: the name is above it
+        name = "/".join(d.resolve().parts[-3:])
+        cfg = dataclasses.replace(cfg, block_size=block_size_of(raw, name, block_size))
     shard_files(d)  # a missing shard fails before anything is built
     cfg = dataclasses.replace(
         cfg, max_seq_len=min(cfg.max_position_embeddings, max_context or CONTEXT_LENGTH)

@@ -221,7 +221,7 @@ def block_size_of(raw: dict, name: str = "", override: int | None = None) -> int
         if override < 1:
             raise ValueError(f"block size must be at least 1, got {override}")
         return int(override)
-    m = re.search(r"-b(8|16|32|64)(?:$|[-_.])", name)
+    m = re.search(r"-b(8|16|32|64)(?:$|[-_./])", name)
     if m:
         return int(m.group(1))
     return int(raw.get("block_size") or SDAR_BLOCK)
