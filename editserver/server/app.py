@@ -85,6 +85,7 @@ def load_engine(settings: Settings) -> Engine:
         settings.dtype,
         settings.max_context,
         chat_template=settings.chat_template,
+        block_size=settings.block_size,
         prefix_cache_mb=settings.prefix_cache_mb,
         prefix_cache_suffix=settings.prefix_cache_suffix,
         quantize=settings.quantize,

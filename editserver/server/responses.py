@@ -48,6 +48,7 @@ def info(s: Served, res: Result, kind: str, v: View, body=None) -> dict:
         batch_size=res.batch_size,
         dropped_tokens=c.dropped_tokens,
         canvas_tokens=c.canvas_tokens,
+        fim_route=s.engine.fim_route if kind != "edit" else None,
     ).model_dump()
 
 

@@ -113,6 +113,8 @@ def cards(s: Served) -> list[ModelCard]:
             parameters=engine.num_parameters,
             dtype=engine.dtype,
             window=min(engine.window, engine.context_length),
+            block_size=engine.block_size,
+            fim_route=engine.fim_route,
             thresholds=dict(s.thresholds),
         )
         for n in [name, *[a for a in s.settings.aliases if a != name]]

@@ -252,6 +252,11 @@ class SuggestionInfo(BaseModel):
     canvas_tokens: int = Field(
         0, description="the canvas the answer was decoded on (a line request's winning length)"
     )
+    fim_route: str | None = Field(
+        None,
+        description="how a FIM request reached the model: fim-tokens (ours), in-place (prefix, canvas, "
+        "suffix) or chat (the chat template: families with no FIM training, such as SDAR); None for edits",
+    )
 
 
 class FimChoice(BaseModel):
@@ -307,6 +312,12 @@ class ModelCard(BaseModel):
     parameters: int = Field(0, description="parameter count of the loaded weights")
     dtype: str = Field("float32", description="the weights' serving dtype")
     window: int = Field(0, description="prompt tokens the model actually reads (over-window input is cut)")
+    block_size: int | None = Field(
+        None, description="a block-diffusion model's block in use (SDAR); None otherwise"
+    )
+    fim_route: str = Field(
+        "fim-tokens", description="how FIM requests reach the model: fim-tokens, in-place or chat"
+    )
     thresholds: dict[str, float] = Field(
         default_factory=dict,
         description="the thresholds in force: fim, and next edit's in_file and cross_file (request edit_kind)",

@@ -139,6 +139,13 @@ class Settings:
         metavar="auto|none|FILE",
         group=MODEL,
     )
+    block_size: int | None = opt(
+        None,
+        "a block-diffusion model's block (SDAR/TraDo): overrides its repository name's -bN and its "
+        "config.json's block_size (default 4)",
+        metavar="N",
+        group=MODEL,
+    )
     quantize: str = opt(
         "auto",
         "CPU weights: packed (the same weights in oneDNN's layout: faster steps; auto picks it on a "
@@ -217,6 +224,8 @@ class Settings:
             raise ValueError(f"prefix_cache_mb must be at least 0, got {self.prefix_cache_mb!r}")
         if self.quantize not in ("auto", "none") and self.device != "cpu":
             raise ValueError(f"--quantize {self.quantize} runs on the CPU only")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {self.block_size}")
         if self.max_context is not None and self.max_context < 1:
             raise ValueError(f"max_context must be at least 1, got {self.max_context}")
         if not self.drain_timeout >= 0:

@@ -23,14 +23,6 @@ CONFIGS = {
         {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"], "hidden_size": 4096},
         ["LLaDA2.0 / LLaDA2.1", "mixture-of-experts"],
     ),
-    "SDAR-8B-Chat": (
-        {"model_type": "sdar", "architectures": ["SDARForCausalLM"], "block_size": 4, "mask_token_id": 151669},
-        ["SDAR / TraDo", "block-diffusion model on Qwen3"],
-    ),
-    "TraDo-8B-Instruct": (
-        {"model_type": "sdar", "architectures": ["SDARForCausalLM"], "block_size": 4},
-        ["SDAR / TraDo", "block-diffusion"],
-    ),
     "Fast_dLLM_v2_7B": (
         {"model_type": "Fast_dLLM_Qwen", "architectures": ["Fast_dLLM_QwenForCausalLM"], "bd_size": 32},
         ["Fast-dLLM v2", "block-diffusion model on Qwen2.5"],

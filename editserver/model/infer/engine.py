@@ -90,7 +90,14 @@ from editserver.model.infer.joinable import Running
 from editserver.model.infer.layout import layout_for
 from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.loop_types import Hooks, Member, SampleResult, Tokens
-from editserver.model.infer.plan import DecodePlan, plan_for, published_plan, resolve_effort
+from editserver.model.infer.plan import (
+    BLOCK_RULES,
+    DecodePlan,
+    block_plan,
+    plan_for,
+    published_plan,
+    resolve_effort,
+)
 from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
 from editserver.model.infer.requests import Completion, EditRequest, FimRequest, SamplingOptions
 from editserver.model.infer.scoring import aggregate, layout_only
@@ -149,10 +156,12 @@ class Engine:
         prefix_cache_mb: float | None = None,
         quantize: str = "none",
         prefix_cache_suffix: bool = False,
+        block_size: int | None = None,
     ) -> Engine:
         """``quantize``: "int8" (weight-only int8), "w8a8" (int8 step activations too) or "packed"
         (oneDNN layout) on the CPU (model/infer/quant.py)."""
         kw = {} if max_context is None else {"max_context": max_context}
+        kw.update({} if block_size is None else {"block_size": block_size})
         ck = load_checkpoint(path, device=device, dtype=dtype, chat_template=chat_template, **kw)
         quant.quantize(ck.model, quantize)
         return cls(
@@ -166,6 +175,16 @@ class Engine:
     @property
     def family(self) -> str:
         return self.ck.family
+
+    @property
+    def block_size(self) -> int | None:
+        """A block-diffusion model's block in use (model/infer/layout.py ``BlockLayout``); None otherwise."""
+        return getattr(self.layout, "block", None)
+
+    @property
+    def fim_route(self) -> str:
+        """How FIM requests reach the model: fim-tokens (ours), in-place or chat (the chat template)."""
+        return getattr(self.layout, "route", "fim-tokens" if self.family == "editserver" else "in-place")
 
     @property
     def dtype(self) -> str:
@@ -240,6 +259,12 @@ class Engine:
         """Everything the request's decode needs (model/infer/plan.py); ValueError on bad options."""
         kind = self.kind_of(req)
         edit = self.layout.canvas_edit if kind != "edit" else None  # FIM only: what the family was tuned for
+        if getattr(self.layout, "block", 0):  # block diffusion (model/infer/plan.py ``block_plan``)
+            cache = self.layout.exact_cache if req.options.published else self.cache
+            rule = BLOCK_RULES[self.family](self.layout.block)
+            return block_plan(
+                self.inference, req.options, kind, cache, self.layout.block, rule, req.options.published
+            )
         if req.options.published:
             return published_plan(self.family, req.options, kind, self.layout.exact_cache, edit)
         return plan_for(self.inference, req.options, kind, self.cache, edit)
@@ -314,7 +339,8 @@ class Engine:
 
         hooks = self._hooks(rows, contexts, [list(range(len(rows)))])
         decode_rows = self.layout.rows(contexts, suffixes, canvas_lens, self.inference, self.device)
-        return Member(decode_rows, canvas_len, first, hooks, done)
+        lead = self.layout.lead(contexts[0]) if hasattr(self.layout, "lead") else 0  # block grid
+        return Member(decode_rows, canvas_len, first, hooks, done, lead)
 
     def _layout(self, reqs: list[FimRequest | EditRequest]) -> tuple[list, list, list[int], list, list[int]]:
         """Each row's context ids, suffix ids (or None), canvas length, parsed edit prompt (None for
@@ -391,6 +417,8 @@ class Engine:
                 c.threshold = self.inference.edit_threshold(r.cross_file)
                 c.above_threshold = (not c.unchanged) and c.score >= c.threshold
             else:
+                if hasattr(self.layout, "fim_answer"):  # FIM through a chat template
+                    c.text = self.layout.fim_answer(c.text)
                 c.threshold = self.inference.fim_threshold
                 c.above_threshold = bool(c.text.strip()) and c.score >= c.threshold
             out.append(c)

@@ -24,6 +24,12 @@ PULLABLE = {
     "llada-moe-7b-a1b-base": "inclusionAI/LLaDA-MoE-7B-A1B-Base",
     "llada-moe-7b-a1b-instruct": "inclusionAI/LLaDA-MoE-7B-A1B-Instruct",
     "dreamon-7b": "Dream-org/DreamOn-v0-7B",
+    # block diffusion (SDAR README "Model Zoo"; Gen-Verse/dLLM-RL README)
+    "sdar-1.7b-chat": "JetLM/SDAR-1.7B-Chat",
+    "sdar-4b-chat": "JetLM/SDAR-4B-Chat",
+    "sdar-8b-chat": "JetLM/SDAR-8B-Chat",
+    "trado-4b-instruct": "Gen-Verse/TraDo-4B-Instruct",
+    "trado-8b-instruct": "Gen-Verse/TraDo-8B-Instruct",
 }
 # besides config.json and the weights; each may be absent from a repository
 OPTIONAL = (

@@ -24,6 +24,12 @@ Design decisions:
   longer than the context is cut as our own model's window cuts (``fit_prompt``), and the
   completion reports the tokens dropped. Decoding
   uses Fast-dLLM's dual cache (``DualCache``), approximate; ``InPlaceNoCache`` is the exact reference.
+- ``BlockLayout``: block-diffusion families (SDAR), instruct models with no FIM training. FIM goes
+  through the chat template: the user's turn holds the file with a hole marker and asks for the
+  missing code only; the answer is the inside of a code fence when it writes one (``route`` names
+  this route for /v1/models and each answer's ``editserver`` field). Next edits as for the other
+  instruct families. Its canvas starts ``lead = context % block`` into the first block
+  (model/infer/block_cache.py), and it decodes on the exact ``BlockCache``.
 - A layout also names the family's canvas edit (``canvas_edit``, model/infer/canvas_edit.py), None for all
   but DreamOn: ``BOS prefix [MASK]*n suffix EOS`` as Dream's, with ``<|expand|>`` and end-of-text
   reshaping the gap (the expand id from the checkpoint's tokenizer, ``expand_id``; model/infer/hf/).
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import torch
 
+from editserver.model.infer.block_cache import BlockCache
 from editserver.model.infer.cache import CachePolicy, ContextCache, DualCache, InPlaceNoCache, NoCache, Rows
 from editserver.model.infer.canvas_edit import ExpandDelete
 from editserver.protocol.prompt import (
@@ -196,8 +203,51 @@ class InPlaceLayout:
         return drop_cursor_tags(text, region)
 
 
+HOLE = "<FILL_HERE>"
+FIM_ASK = (
+    "Write the code that replaces {hole} in this file. Answer with that code only, "
+    "nothing before or after it.\n\n```\n{text}\n```"
+)
+
+
+class BlockLayout(InPlaceLayout):
+    """Block-diffusion families: FIM through the chat template, canvas on the block grid (module docstring)."""
+
+    route = "chat"  # how a FIM request reaches the model
+
+    def __init__(self, tok, family: str, block: int):
+        super().__init__(tok, family, False)
+        self.block = block
+        self.cache, self.exact_cache = BlockCache(), InPlaceNoCache()
+        self.fim_overhead = len(tok.encode_chat(FIM_ASK.format(hole=HOLE, text=HOLE)))
+
+    def lead(self, context: list[int]) -> int:
+        """Canvas columns into its first block: the context's tokens past its last whole block."""
+        return len(context) % self.block
+
+    def fim(
+        self, pre: list[int], suf: list[int], canvas: int, window: int | None
+    ) -> tuple[list[int], list[int] | None, int]:
+        dropped = 0
+        if window is not None:
+            budget = max(window // 2, window - min(canvas, window) - self.fim_overhead)
+            n_suf, n_pre = fim_window(len(suf), len(pre), budget)
+            dropped = len(pre) - n_pre + len(suf) - n_suf
+            pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
+        text = self.tok.decode(pre) + HOLE + self.tok.decode(suf)
+        return self.tok.encode_chat(FIM_ASK.format(hole=HOLE, text=text)), None, dropped
+
+    def fim_answer(self, text: str) -> str:
+        """The code of a chat FIM answer: inside its fence when it wrote one."""
+        fenced = parse_edit_response(text)
+        return text if fenced is None else fenced
+
+
 def layout_for(checkpoint) -> OwnLayout | InPlaceLayout:
     """The layout of a loaded checkpoint (model/infer/checkpoint.py)."""
+    block = getattr(checkpoint.model.cfg, "block_size", 0)
+    if block and checkpoint.family != "editserver":
+        return BlockLayout(checkpoint.tokenizer, checkpoint.family, block)
     if checkpoint.family == "editserver":
         return OwnLayout(checkpoint.tokenizer)
     return InPlaceLayout(checkpoint.tokenizer, checkpoint.family, checkpoint.model.cfg.shift)

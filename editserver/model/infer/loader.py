@@ -48,12 +48,13 @@ def load_checkpoint(
     dtype: torch.dtype | str = torch.float32,
     max_context: int | None = None,
     chat_template: str = "auto",
+    block_size: int | None = None,
 ) -> Checkpoint:
     """Our checkpoint, or an open-weight model directory (model/infer/hf/) served at most
     ``max_context`` tokens of context. ``dtype`` may name one (``serving_dtype``): ``"auto"`` keeps
     our own checkpoints in fp32 (their thresholds were tuned so) and picks bf16 for open models where
     it is native. ``max_context`` None: 32K, and each open family's evaluated window
-    (model/infer/hf/__init__.py). ``chat_template`` (``auto``, ``none`` or a file) applies to open models only."""
+    (model/infer/hf/__init__.py). ``chat_template`` (``auto``, ``none`` or a file) applies to open models only, ``block_size`` to block-diffusion ones."""
     directory = resolve_model(directory)  # a name pulled with `editserver pull`
     d = Path(directory) if directory is not None else DEFAULT_CHECKPOINT
     if not d.is_dir():
@@ -61,7 +62,7 @@ def load_checkpoint(
     check_config(d)
     if is_open_dir(d):
         dtype = serving_dtype(dtype, device) if isinstance(dtype, str) else dtype
-        return load_open_checkpoint(d, device, dtype, max_context, chat_template)
+        return load_open_checkpoint(d, device, dtype, max_context, chat_template, block_size)
     if isinstance(dtype, str):
         dtype = torch.float32 if dtype == "auto" else serving_dtype(dtype, device)
     return load_native_checkpoint(d, device, dtype)

@@ -81,6 +81,9 @@ class Member:
     first_width: int | None = None  # its canvas's first width (None: all of it at once)
     hooks: Hooks = field(default_factory=Hooks)
     on_done: Callable[[Member], None] | None = None
+    # columns of the decode's block grid before its canvas (committed, outside it): a block-diffusion
+    # row whose context ends mid-block starts its canvas there (model/infer/block_cache.py)
+    lead: int = 0
     result: SampleResult | None = None
     # set by the decode: its first row, its canvas start (the block it joined at), its counts
     at: int = 0

@@ -15,6 +15,11 @@ Design decisions:
   narrows, so it has no block size, extra canvases or step budget of its own; every other piece (the
   effort's rule, the cache policy, sampling) is the family's as usual. Its published plan is the
   publisher's loop with the same edit.
+- A block-diffusion family (SDAR) decodes at its model's block size, whatever the effort or the
+  request says (its attention is block-causal on that grid: model/infer/hf/model.py), with its
+  per-block rule (``BlockSchedule``: the request's ``threshold`` overrides the family's) on the block
+  cache (model/infer/block_cache.py); its published plan is the same rule at the publisher's
+  threshold on the exact cache. Its canvas never takes extra one-line canvases or step budgets.
 - One-line FIM requests (their stops include a newline) are a kind of their own ("line"): they get the
   effort's step budget (``line_steps``) and the checkpoint's ``line_canvases``, decoded as extra rows
   whose likeliest answer wins (model/infer/engine.py). Measured on the shipped checkpoint:
@@ -29,6 +34,7 @@ from editserver.model.infer.cache import CachePolicy
 from editserver.model.infer.canvas_edit import ExpandDelete
 from editserver.model.infer.config import EffortPreset, InferenceConfig
 from editserver.model.infer.unmasking import (
+    BlockSchedule,
     JointRule,
     LeftmostRule,
     PublishedRule,
@@ -75,6 +81,8 @@ PUBLISHED = {
     # default plan does. That the model card calls generate.py is unchecked (docs/open-weights.md)
     "llada-moe": (False, 32),
 }
+# a block family's rule at block size b: SDAR/TraDo README, threshold 0.9 and b steps a block
+BLOCK_RULES = {"sdar": lambda b: BlockSchedule(0.9, b)}
 WHOLE = 1 << 20  # a block as wide as any canvas: an edited canvas is one block
 
 
@@ -89,6 +97,30 @@ def published_plan(
     entropy, block = PUBLISHED[family]
     sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
     return DecodePlan(kind, "published", PublishedRule(entropy), block, cache, sampling, (), True, edit)
+
+
+def block_plan(
+    inference: InferenceConfig,
+    options,
+    kind: str,
+    cache: CachePolicy,
+    block: int,
+    rule: BlockSchedule,
+    published: bool = False,
+) -> DecodePlan:
+    """The plan of a block-diffusion family (module docstring): ``rule`` on ``block``-token blocks."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if options.block_size is not None and options.block_size != block:
+        raise ValueError(
+            f"this model decodes {block}-token blocks (its attention's grid), not {options.block_size}"
+        )
+    effort = "published" if published else resolve_effort(inference, options.effort, kind)
+    if options.threshold is not None and not published:
+        rule = BlockSchedule(options.threshold, rule.steps)
+    sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
+    # the whole canvas from the first step: later blocks never reach earlier ones, so width costs nothing
+    return DecodePlan(kind, effort, rule, block, cache, sampling, (), True)
 
 
 def resolve_effort(inference: InferenceConfig, effort: str | None, kind: str) -> str:

@@ -38,7 +38,7 @@ Alg. 2 with low-confidence remasking). Design decisions:
   positions after the change moved, so every key/value is recomputed at the next step (a
   ``DualCache`` refresh; its prefix could be kept, but its values read the old canvas too).
 - Committed tokens are never re-masked or changed, except by a canvas edit; the mask token and layout
-  tags are never proposed.
+  tags are never proposed. A member's ``lead`` starts its canvas inside a block (block diffusion).
 - Pure with respect to randomness: sampling (temperature > 0) draws only from the explicit
   ``torch.Generator``; greedy decoding draws nothing. Stats come back with the tokens.
 """
@@ -272,7 +272,7 @@ class Decode:
             off, n, w, budget = self.off[rows], self.n[rows], self.w[rows], self.budget[rows]
         if m is not None:
             dev = m.rows.context.device
-            N, start = m.canvas_len, self.start
+            N, start = m.canvas_len, self.start + m.lead  # its canvas starts ``lead`` into the block
             if c is None:
                 c = Canvas(
                     *(
@@ -303,12 +303,13 @@ class Decode:
             )
             budget = torch.cat([budget, more])
             keep = [*keep, m]
-        cut = int(off.min()) if len(off) else 0  # columns before every open row's canvas
+        cut = min(int(off.min()), self.start) if len(off) else 0  # columns before every open row's canvas
+        cut -= cut % self.plan.block_size  # on the block grid (a ``lead`` is inside a block)
         if cut:
             c = Canvas(*(x[:, cut:] for x in vars(c).values()))
         at = 0
         for k in keep:
-            k.at, k.offset, at = at, k.offset - cut if k is not m else self.start - cut, at + k.size
+            k.at, k.offset, at = at, k.offset - cut if k is not m else self.start + m.lead - cut, at + k.size
         self.c, self.off, self.n, self.w, self.start = c, off - cut, n, w, self.start - cut
         self.budget = budget
         self.members = keep

@@ -31,6 +31,12 @@ Design decisions:
   step, the one masked position of lowest entropy (certainty -H(p), Dream's generation_utils.py);
   LLaDA's ``low_confidence`` remasking the one of highest p1 inside 32-token blocks (LLaDA's
   generate.py, Nie et al. 2025, Alg. 2 with one token per step).
+- Block diffusion's rule (``BlockSchedule``): SDAR's ``low_confidence_dynamic`` remasking
+  (JetAstra/SDAR @c2041a8 ``generate.py``): a block of width n gets ``steps`` steps, step s owing
+  k_s tokens (n split evenly, the first n mod steps steps one more); a step commits every masked
+  position with p > threshold when there are at least k_s of them, else the k_s most confident.
+  At least one per step while k_s >= 1; past the last step, everything left (the publisher's
+  schedule always ends its block by then).
 - Implied end-of-text (``informative``): a predicted end-of-text right after another undecided
   predicted end-of-text follows from it (training pads every answer with end-of-text), so it enters
   the rule with certainty 0 and never spends a step of its own.
@@ -217,6 +223,33 @@ class StepBudget:
     ) -> torch.Tensor:
         chosen = self.inner.select(conf, active, repeated, step, tok)
         return chosen | active if step + 1 >= self.steps else chosen
+
+
+@dataclass(frozen=True)
+class BlockSchedule:
+    """Block diffusion's per-block rule: threshold with a per-step floor of k_s tokens (module docstring)."""
+
+    threshold: float
+    steps: int
+    uses_margin: ClassVar[bool] = False
+
+    def owed(self, n: int, step: int) -> int:
+        """k_s: the tokens step ``step`` of a block of ``n`` positions owes (SDAR's schedule)."""
+        base, extra = divmod(n, self.steps)
+        return base + int(step < extra) if step < self.steps else n
+
+    def select(
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor | None = None,
+        step: int = 0,
+        tok: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        k = self.owed(active.shape[1], step)
+        high = (conf > self.threshold) & active  # [B, n]
+        enough = high.sum(dim=1, keepdim=True) >= k  # [B, 1]
+        return torch.where(enough, high, _top_k_mask(conf, active, k))
 
 
 def informative(tok: torch.Tensor, conf: torch.Tensor, active: torch.Tensor, eot_id: int) -> torch.Tensor:

@@ -31,6 +31,7 @@ from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig
 from editserver.model.infer.hf.families import (
     EXPAND_NAME,
     UnsupportedModelError,
+    block_size_of,
     detect,
     dreamon,
     refuse_unserved,
@@ -53,7 +54,15 @@ def is_open_dir(d: Path) -> bool:
     return not ("model" in cfg and "inference" in cfg)
 
 
-EVALUATED = {"dream": 2048, "dreamon": 2048, "open-dcoder": 2048, "llada": 4096, "llada-moe": 4096}
+# sdar: generate.py's prompt_length default (JetAstra/SDAR @c2041a8)
+EVALUATED = {
+    "dream": 2048,
+    "dreamon": 2048,
+    "open-dcoder": 2048,
+    "llada": 4096,
+    "llada-moe": 4096,
+    "sdar": 4096,
+}
 
 
 def open_inference(window: int | None = None) -> InferenceConfig:
@@ -68,9 +77,11 @@ def load_open_checkpoint(
     dtype: torch.dtype,
     max_context: int | None = None,
     chat_template: str = "auto",
+    block_size: int | None = None,
 ) -> Checkpoint:
     """The directory as a ``Checkpoint``; ``chat_template``: ``auto`` (the directory's, none for a base
-    checkpoint), ``none`` or a template file (model/infer/hf/tokenizer.py)."""
+    checkpoint), ``none`` or a template file (model/infer/hf/tokenizer.py); ``block_size``: a
+    block-diffusion family's block (``--block-size``; else its name's ``-bN``, else its config's)."""
     if max_context is not None and max_context < 1:
         raise ValueError(f"max_context must be at least 1, got {max_context}")
     if not (d / "config.json").is_file():
@@ -86,6 +97,10 @@ def load_open_checkpoint(
         raise
     cfg = detect(raw, OpenTokenizer.find_mask(hf_tok, tok_cfg))
     cfg, expand_id = dreamon(cfg, raw, hf_tok.token_to_id(EXPAND_NAME))  # a Dream fine-tune's own family
+    if cfg.block_size:  # block diffusion: the option, the repository name, then config.json
+        # a pulled directory is a snapshot hash under models--OWNER--NAME: the name is above it
+        name = "/".join(d.resolve().parts[-3:])
+        cfg = dataclasses.replace(cfg, block_size=block_size_of(raw, name, block_size))
     shard_files(d)  # a missing shard fails before anything is built
     cfg = dataclasses.replace(
         cfg, max_seq_len=min(cfg.max_position_embeddings, max_context or CONTEXT_LENGTH)
@@ -102,4 +117,6 @@ def load_open_checkpoint(
     tok.expand_id = expand_id  # DreamOn's canvas edit (model/infer/canvas_edit.py); None elsewhere
     model = load_weights(d, cfg, device, dtype)
     meta = {"family": cfg.family, "source": str(d), "dtype": str(dtype).removeprefix("torch.")}
+    if cfg.block_size:
+        meta["block_size"] = cfg.block_size
     return Checkpoint(model, tok, open_inference(window), meta, family=cfg.family)

@@ -30,6 +30,13 @@ What was checked against the published files (2026-12-02, read through the searc
   right after the mask). Never by model_type alone: it says "Dream" like every Dream model.
 - Open-dCoder: a plain Qwen2 directory (model_type "qwen2") whose tokenizer holds a mask token;
   shifted like Dream (it continues a causal Qwen2.5-Coder).
+- SDAR / TraDo (JetAstra/SDAR @c2041a8 ``training/model/SDAR-4B-Chat/config.json``, read with git show):
+  model_type "sdar", architectures ["SDARForCausalLM"], Qwen3 keys (q_norm/k_norm per head before the
+  rotary, no q/k/v bias), untied head; the config itself names ``block_size`` 4 and ``mask_token_id``
+  151669 (an older ``config copy.json`` has neither, so both fall back to the tokenizer's
+  ``<|MASK|>`` and 4). Logits are not shifted. Attention is block-causal on an absolute grid from
+  position 0 (``cfg.block_size``, model/infer/hf/model.py). A repository named ``-b8`` ... ``-b64``
+  was fine-tuned at that block (SDAR README), and the serve option ``--block-size`` overrides both.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ SUPPORTED = (
     "Open-dCoder (model_type 'qwen2' with a mask token in its tokenizer)",
     "LLaDA / LLaDA-1.5 (model_type 'llada')",
     "LLaDA-MoE-7B-A1B Base/Instruct (architectures LLaDAMoEModelLM)",
+    "SDAR / TraDo (model_type 'sdar', block diffusion)",
 )
 MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>")
 
@@ -77,6 +85,9 @@ class OpenConfig:
     canvas_draft: bool = False  # our own next-edit draft input; open models have none
     qk_norm: bool = False  # RMSNorm over each head's q and k before the rotary (LLaDA-MoE)
     moe: MoeSpec | None = None  # routed experts in place of the dense MLP (model/infer/hf/moe.py)
+    # > 0: block-causal attention, bidirectional inside each ``block_size`` block of absolute positions
+    # and causal across blocks (block diffusion: SDAR); 0: full attention
+    block_size: int = 0
 
 
 def _rope_theta(cfg: dict, default: float) -> float:
@@ -192,6 +203,42 @@ def _llada_moe(cfg: dict, mask_id: int) -> OpenConfig:
     )
 
 
+SDAR_ARCHS = ("SDARForCausalLM", "SDARModel")
+SDAR_MASK = 151669  # <|MASK|>: SDAR-4B/8B-Chat config.json and tokenizer_config.json
+SDAR_BLOCK = 4  # the block SDAR and TraDo were trained at (config.json block_size)
+
+
+def is_sdar(cfg: dict) -> bool:
+    archs = [str(a) for a in cfg.get("architectures") or []]
+    return str(cfg.get("model_type", "")).lower() == "sdar" or any(a in SDAR_ARCHS for a in archs)
+
+
+def block_size_of(raw: dict, name: str = "", override: int | None = None) -> int:
+    """The block a block-diffusion directory decodes with: ``override`` (``--block-size``), else a
+    ``-b8`` ... ``-b64`` in its repository ``name`` (variants fine-tuned at that block), else
+    config.json's ``block_size``, else 4."""
+    if override is not None:
+        if override < 1:
+            raise ValueError(f"block size must be at least 1, got {override}")
+        return int(override)
+    m = re.search(r"-b(8|16|32|64)(?:$|[-_./])", name)
+    if m:
+        return int(m.group(1))
+    return int(raw.get("block_size") or SDAR_BLOCK)
+
+
+def _sdar(cfg: dict, mask_id: int) -> OpenConfig:
+    """SDAR / TraDo: Qwen3 dense keys, block-causal attention (module docstring)."""
+    base = _qwen2(cfg, "sdar", mask_id)
+    return replace(
+        base,
+        qkv_bias=bool(cfg.get("attention_bias", False)),
+        shift=False,
+        qk_norm=True,
+        block_size=block_size_of(cfg),
+    )
+
+
 def refuse_unserved(cfg: dict) -> None:
     """UnsupportedModelError with one true line for a family recognised but not served
     (model/infer/hf/unserved.py); nothing for any other config."""
@@ -214,6 +261,9 @@ def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
         return _llada_moe(cfg, int(mask))
     if mtype == "llada" or "LLaDAModelLM" in archs:
         return _llada(cfg, int(cfg.get("mask_token_id", 126336)))
+    if is_sdar(cfg):
+        mask = cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else SDAR_MASK)
+        return _sdar(cfg, int(mask))
     refuse_unserved(cfg)
     if mtype in ("qwen2", "llama", "mistral", "qwen3", "gpt2") or any("CausalLM" in a for a in archs):
         if mtype == "qwen2" and (tokenizer_mask_id is not None or cfg.get("mask_token_id") is not None):

@@ -13,9 +13,14 @@ Design decisions:
   reference written from it).
 - Hot-path ops go through ``model.infer.ops`` (rmsnorm, rotary, attention, swiglu), so the Triton
   kernels serve these models on CUDA exactly as they serve ours; on CPU the PyTorch references run.
-- No causal mask anywhere: these models were trained with full attention over ``prefix [MASK]*n
-  suffix``. Rows of unequal length are right-padded and their padding is a key mask; rotary
-  positions are each row's own 0..L-1, so a padded row computes what it would alone.
+- No causal mask for the masked-diffusion families: they were trained with full attention over
+  ``prefix [MASK]*n suffix``. Rows of unequal length are right-padded and their padding is a key
+  mask; rotary positions are each row's own 0..L-1, so a padded row computes what it would alone.
+- Block diffusion (``cfg.block_size`` > 0, SDAR): query i attends key j iff j // b <= i // b on
+  absolute positions (bidirectional inside a block, causal across blocks), the mask SDAR's
+  ``generate.py`` builds as ``tril(ones(nb, nb))`` tiled b x b (JetAstra/SDAR @c2041a8). It is one
+  bool mask [B, 1, Lq, Lk] through the same attention op; ``encode_span`` applies it among the span's
+  own keys, the cached keys (earlier, finished blocks: model/infer/block_cache.py) all visible.
 - Three entry points: ``forward`` (raw logits of every position, for tests and scoring), ``encode``
   (hidden states and every layer's keys/values: the dual cache's refresh) and ``encode_span``
   (hidden states of a few positions per row against cached keys/values with those positions' own
@@ -33,6 +38,11 @@ from editserver.model.infer import ops
 from editserver.model.infer.hf.families import OpenConfig
 from editserver.model.infer.hf.moe import MoE
 from editserver.model.infer.transformer import ContextTooLongError, rope_tables
+
+
+def block_causal(q_pos: torch.Tensor, k_pos: torch.Tensor, block: int) -> torch.Tensor:
+    """[B, 1, Lq, Lk] bool: key k visible to query q iff block(k) <= block(q) (q_pos [B, Lq], k_pos [B, Lk])."""
+    return ((k_pos[:, None, :] // block) <= (q_pos[:, :, None] // block))[:, None]
 
 
 class RMSNorm(nn.Module):
@@ -144,6 +154,9 @@ class OpenModel(nn.Module):
         pos = torch.arange(L, device=ids.device).expand(B, L)
         cos, sin = self._tables(pos)
         mask = None if valid is None or bool(valid.all()) else valid[:, None, None, :]  # [B, 1, 1, L]
+        if self.cfg.block_size:  # block diffusion (module docstring)
+            causal = block_causal(pos, pos, self.cfg.block_size)  # [B, 1, L, L]
+            mask = causal if mask is None else causal & mask
         x, kv = self.embed_tokens(ids), []
         for layer in self.layers:
             x, k, v = layer(x, cos, sin, mask)
@@ -164,6 +177,13 @@ class OpenModel(nn.Module):
         mask = (
             None if bool(cached.all() & fresh.all()) else torch.cat([cached, fresh], dim=1)[:, None, None, :]
         )
+        if self.cfg.block_size:  # the span's own keys block-causally; cached ones are earlier blocks
+            n, L = ids.shape[1], cached.shape[1]
+            own = block_causal(pos, pos, self.cfg.block_size) & fresh[:, None, None, :]  # [B, 1, n, n]
+            own = own | torch.eye(
+                n, dtype=torch.bool, device=ids.device
+            )  # a padded query sees itself: no NaN
+            mask = torch.cat([cached[:, None, None, :].expand(-1, 1, n, L), own], dim=3)  # [B, 1, n, L + n]
         x = self.embed_tokens(ids)
         for layer, past in zip(self.layers, kv):
             x, k, v = layer(x, cos, sin, mask, past)

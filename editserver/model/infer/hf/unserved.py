@@ -2,8 +2,7 @@
 
 Design decisions:
 - Each family is recognised from ``config.json`` alone: ``architectures`` first, then ``model_type``,
-  then a key only that family has (``bd_size``, ``block_size`` with ``mask_token_id``,
-  ``canvas_length``). ``model_type`` alone never decides where two families share one (Stable-DiffCoder
+  then a key only that family has (``bd_size``, ``canvas_length``). ``model_type`` alone never decides where two families share one (Stable-DiffCoder
   says ``llama``; LLaDA-MoE says ``llada`` like dense LLaDA and is served: model/infer/hf/families.py).
 - The answer says what the directory is (block diffusion, uniform-state diffusion, autoregressive,
   mixture of experts), that it is not served yet, and which families are; it is one line, and the
@@ -32,12 +31,6 @@ UNSERVED = (
         "a block-diffusion mixture-of-experts model (256 experts, 8 per token, 32-token blocks)",
         archs=("LLaDA2MoeModelLM", "LLaDA2MoeModel"),
         model_types=("llada2_moe", "llada21_moe"),
-    ),
-    Unserved(
-        "SDAR / TraDo",
-        "a block-diffusion model on Qwen3 (4-token blocks by default)",
-        archs=("SDARForCausalLM",),
-        model_types=("sdar",),
     ),
     Unserved(
         "Fast-dLLM v2",

@@ -1,0 +1,105 @@
+"""The block cache: block diffusion's keys/values, each finished block entered once (a cache policy of
+model/infer/cache.py's protocol, for a model with ``cfg.block_size``: model/infer/hf/model.py).
+
+Design decisions:
+- Block diffusion (SDAR, JetAstra/SDAR @c2041a8 ``generate.py`` ``block_diffusion_generate``) attends
+  block-causally on an absolute grid from position 0: a block sees itself and every earlier block,
+  never a later one. So a finished block's keys/values never change again, and caching them is exact
+  by construction, not an approximation like the dual cache's.
+- ``prepare`` runs the context's whole blocks once (the publisher's prefill of ``floor(P/b) * b``
+  tokens). The rest of the context, ``P mod b`` tokens, sits in the first decode block beside the
+  first masks, as in the publisher's loop: the decode places each row's canvas ``lead = P mod b``
+  columns into the loop's block grid (``Member.lead``, model/infer/loop_types.py), so canvas column
+  c is absolute position ``floor(P/b) * b + c`` and the loop's blocks are the publisher's.
+- Each step runs only the current block against the cache, its own keys/values fresh and not kept
+  (the publisher's ``store_kv=False``). The publisher then runs a full block once more to store its
+  keys/values (``store_kv=True``); here that pass happens lazily, at the next block's first step,
+  over every block finished since (the same numbers, computed from the same tokens). A state cut to
+  some rows (``rows``) carries its own count of entered blocks, so a state the loop cuts again from
+  the full one enters what it lacks itself.
+- The sequence is the in-place layout's (model/infer/cache.py ``in_place``): context then canvas at
+  contiguous positions; block families take no suffix (their FIM goes through the chat template).
+- The exact reference is ``InPlaceNoCache``: the whole sequence with the block-causal mask each step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from editserver.model.infer.cache import InPlaceState, Rows, in_place
+
+
+@dataclass
+class BlockState:
+    seq: InPlaceState  # where the context and each canvas column sit (cache.py ``in_place``)
+    kv: list  # per layer (k, v) [B, Hkv, Lk, D]: the context's whole blocks, then entered canvas blocks
+    valid: torch.Tensor  # [B, Lk] bool: cached keys that exist (padding of shorter contexts: False)
+    upto: int  # canvas columns entered into ``kv`` (columns before it are finished blocks)
+
+    def select(self, idx: torch.Tensor) -> BlockState:
+        kv = [(k[idx], v[idx]) for k, v in self.kv]
+        return BlockState(self.seq.select(idx), kv, self.valid[idx], self.upto)
+
+
+@dataclass(frozen=True)
+class BlockCache:
+    """Context and finished blocks' keys/values computed once; a step runs only its block (module
+    docstring). Exact: equals ``InPlaceNoCache`` token for token (tests/model/test_block_diffusion.py)."""
+
+    exact: bool = True
+    # the engine's cross-request prefix store (model/infer/prefix.py); not read yet: each request
+    # runs its own context's blocks, so the policy stays exact
+    store: object | None = field(default=None, compare=False)
+
+    @torch.no_grad()
+    def prepare(self, model: torch.nn.Module, rows: Rows) -> BlockState:
+        b = model.cfg.block_size
+        if not b:
+            raise ValueError("the block cache needs a block-diffusion model (cfg.block_size)")
+        if rows.suffix is not None and bool((rows.suffix_lens > 0).any()):
+            raise ValueError("the block cache decodes a context and a canvas, no suffix")
+        st = in_place(rows)
+        done = st.start  # [B] sequence index of canvas column 0: the context's whole blocks
+        if bool((done % b != 0).any()) or bool((done < 0).any()):
+            raise ValueError("a row's canvas must start on its block grid (Member.lead = context % block)")
+        A = int(done.max())
+        valid = torch.arange(A, device=done.device)[None, :] < done[:, None]  # [B, A]
+        if A > 0:
+            _, kv = model.encode(st.static[:, :A], valid)
+        else:
+            w = model.embed_tokens.weight
+            empty = w.new_zeros((len(done), model.cfg.n_kv_heads, 0, model.cfg.head_dim))
+            kv = [(empty, empty) for _ in model.layers]
+        return BlockState(st, kv, valid, 0)
+
+    def _span(self, model, state: BlockState, seq: torch.Tensor, a: int, z: int, keep: list | None):
+        """Hidden states [B, z - a, dim] of canvas columns [a, z) against the cache (``keep``: their
+        keys/values are appended to it)."""
+        st = state.seq
+        pos = st.start[:, None] + torch.arange(a, z, device=seq.device)[None, :]  # [B, n]
+        exists = pos < st.valid.sum(dim=1, keepdim=True)  # [B, n] past a row's canvas: padding
+        ids = seq.gather(1, pos.clamp_max(seq.shape[1] - 1))
+        return model.encode_span(ids, pos, exists, state.kv, state.valid, keep), exists
+
+    @torch.no_grad()
+    def logits(self, model, state, canvas, only, draft, want) -> torch.Tensor:
+        assert isinstance(state, BlockState)
+        seq = state.seq.sequence(canvas)  # [B, L]
+        if only.start > state.upto:  # blocks finished since the last step enter the cache once
+            fresh: list = []
+            _, exists = self._span(model, state, seq, state.upto, only.start, fresh)
+            state.kv = [
+                (torch.cat([k, fk], 2), torch.cat([v, fv], 2)) for (k, v), (fk, fv) in zip(state.kv, fresh)
+            ]
+            state.valid = torch.cat([state.valid, exists], dim=1)
+            state.upto = only.start
+        h, _ = self._span(model, state, seq, only.start, only.stop, None)  # [B, n, dim]
+        if model.cfg.shift:  # position j read from j - 1 inside the block (cache.py module docstring)
+            raise NotImplementedError("shifted block families are not decoded yet")
+        return model.head(h[want])
+
+    def rows(self, state: object, idx: torch.Tensor) -> BlockState:
+        assert isinstance(state, BlockState)
+        return state.select(idx)
