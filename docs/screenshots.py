@@ -279,7 +279,7 @@ require('editserver').setup({{ server_url = {model_url!r}, autostart = false,
 """
     )
     sock = tmp / "nvim.sock"
-    session = f"editserver-shot-{os.getpid()}"
+    pane = f"editserver-shot-{os.getpid()}"
     # the venv first on PATH, as a user's shell has it; XDG dirs of its own, so no user plugin loads
     env = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     env |= {f"XDG_{d}_HOME": str(tmp / d.lower()) for d in ("CONFIG", "DATA", "STATE", "CACHE")}
@@ -287,7 +287,7 @@ require('editserver').setup({{ server_url = {model_url!r}, autostart = false,
     cmd = f"cd {root} && env {exports} {exe} --listen {sock} -u {init} -i NONE {PRICING}"
     # 86 x 16 cells: the file, the hint below its last edit and the statusline, with little to spare
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "86", "-y", "16", "-e", "TERM=tmux-256color", cmd],
+        ["tmux", "new-session", "-d", "-s", pane, "-x", "86", "-y", "16", "-e", "TERM=tmux-256color", cmd],
         check=True,
     )
     try:
@@ -305,10 +305,10 @@ require('editserver').setup({{ server_url = {model_url!r}, autostart = false,
             lambda: n.exec_lua("return require('editserver').next_edit.last()"), timeout, "the final reply"
         )
         n.command("redraw!")
-        wait_until(lambda: " more in " in capture(session, colours=False), 10, "the hint on screen")
+        wait_until(lambda: " more in " in capture(pane, colours=False), 10, "the hint on screen")
         normal = n.exec_lua("return vim.api.nvim_get_hl(0, {name = 'Normal', link = false})")
         page = ansi_to_html(
-            capture(session), hex_colour(normal.get("fg"), "#e0e2ea"), hex_colour(normal.get("bg"), "#14161b")
+            capture(pane), hex_colour(normal.get("fg"), "#e0e2ea"), hex_colour(normal.get("bg"), "#14161b")
         )
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
@@ -321,11 +321,11 @@ require('editserver').setup({{ server_url = {model_url!r}, autostart = false,
         except (EOFError, OSError):
             pass  # Neovim exits before it answers
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+        subprocess.run(["tmux", "kill-session", "-t", pane], capture_output=True, check=False)
 
 
-def capture(session: str, colours: bool = True) -> str:
-    cmd = ["tmux", "capture-pane", "-p", "-N", "-t", session, *(["-e"] if colours else [])]
+def capture(pane: str, colours: bool = True) -> str:
+    cmd = ["tmux", "capture-pane", "-p", "-N", "-t", pane, *(["-e"] if colours else [])]
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.rstrip("\n")
 
 

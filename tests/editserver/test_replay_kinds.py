@@ -149,7 +149,7 @@ def test_kinds_with_different_scores_get_different_thresholds(records, tmp_path,
         0.75,
         0.25,
     )
-    from editserver.model.infer.checkpoint import load_checkpoint
+    from editserver.model.infer.loader import load_checkpoint
 
     inference = load_checkpoint(ck).inference
     assert (

@@ -25,7 +25,7 @@ PUBLIC_FLAGS = {
     *("--api-key", "--insecure-no-auth", "--max-body-bytes", "--allow-origin", "--max-queue"),
     *("--max-batch", "--max-output-tokens", "--threads", "--quantize", "--prefix-cache-mb"),
     *("--fim-threshold", "--edit-threshold", "--model-name", "--log-level", "--replica-id"),
-    *("--drain-timeout", "--no-join", "--prefix-cache-suffix"),
+    *("--drain-timeout", "--no-join", "--prefix-cache-suffix", "--block-size"),
 }
 
 
