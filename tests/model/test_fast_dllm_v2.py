@@ -10,13 +10,14 @@ mask, so recomputing the window ``x[:, :end of block]`` gives the same logits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 
 from editserver.model.infer.block_cache import BlockCache
-from editserver.model.infer.cache import InPlaceNoCache
+from editserver.model.infer.cache import InPlaceNoCache, Rows
 from editserver.model.infer.engine import EditRequest, Engine, FimRequest, SamplingOptions
 from editserver.model.infer.hf.families import detect
 from editserver.model.infer.plan import DecodePlan
@@ -123,6 +124,28 @@ def test_published_decode_chooses_the_publishers_tokens_step_by_step(fast, text)
         theirs = torch.where(theirs == e.tok.mask_id, -1, theirs)[:upto]
         assert torch.equal(ours, theirs)
     assert torch.equal(res.tokens[0, :stop], want[:stop])
+
+
+def test_a_context_on_the_block_grid_starts_with_the_prefills_ar_token(fast):
+    """A context of whole blocks (lead 0): the publisher's prefill appends argmax of its last
+    position; ours commits the canvas's first column alone at the first step, from the same logits."""
+    _, ref, e = fast
+    ctx = (e.tok.encode_chat("Write a short loop in C.") * 4)[: 2 * BD]  # 64 tokens: two whole blocks
+    rows = Rows(torch.tensor([ctx]), torch.tensor([len(ctx)]), torch.tensor([BD]))
+    plan = e.plan(FimRequest(prefix="", suffix="", options=SamplingOptions(published=True)))
+    want, trace = published_loop(ref, ctx, e.tok.mask_id, BD, 0.9)
+    for cache in (plan.cache, BlockCache()):
+        seen = []
+        res = _decode(
+            e,
+            rows,
+            0,
+            BD,
+            dataclasses.replace(plan, cache=cache),
+            lambda c, out=seen: out.append(c[0].clone()),
+        )
+        assert len(seen) == len(trace) and all(torch.equal(a, b) for a, b in zip(seen, trace))
+        assert torch.equal(res.tokens[0], want)
 
 
 def test_block_cache_equals_recomputing_everything(fast):
