@@ -152,6 +152,8 @@ def test_pull_llada_moe_asks_for_the_files_its_publisher_lists(tmp_path):
     assert PULLABLE["dreamon-7b"] == "Dream-org/DreamOn-v0-7B"
     assert PULLABLE["sdar-8b-chat"] == "JetLM/SDAR-8B-Chat"  # block diffusion, served
     assert PULLABLE["trado-8b-instruct"] == "Gen-Verse/TraDo-8B-Instruct"
+    assert PULLABLE["fast-dllm-v2-7b"] == "Efficient-Large-Model/Fast_dLLM_v2_7B"
+    assert PULLABLE["fast-dllm-v2-1.5b"] == "Efficient-Large-Model/Fast_dLLM_v2_1.5B"
     assert PULLABLE["llada-moe-7b-a1b-base"] == "inclusionAI/LLaDA-MoE-7B-A1B-Base"
     d, _ = make_published(tmp_path / "hub", "LLaDA-MoE-7B-A1B-Instruct")
     hub = Hub(d, cut=None, repo="inclusionAI/LLaDA-MoE-7B-A1B-Instruct")

@@ -23,10 +23,6 @@ CONFIGS = {
         {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"], "hidden_size": 4096},
         ["LLaDA2.0 / LLaDA2.1", "mixture-of-experts"],
     ),
-    "Fast_dLLM_v2_7B": (
-        {"model_type": "Fast_dLLM_Qwen", "architectures": ["Fast_dLLM_QwenForCausalLM"], "bd_size": 32},
-        ["Fast-dLLM v2", "block-diffusion model on Qwen2.5"],
-    ),
     "Stable-DiffCoder-8B-Instruct": (
         {"model_type": "llama", "architectures": ["StableDiffcoderForCausalLM"], "vocab_size": 155136},
         ["Stable-DiffCoder", "block-diffusion code model"],
@@ -86,6 +82,14 @@ def test_a_plain_autoregressive_model(tmp_path):
 def test_a_served_llada_is_not_taken_for_an_unserved_one():
     assert detect({"model_type": "Dream", "architectures": ["DreamModel"], "hidden_size": 8, "vocab_size": 9,
                    "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 8}, 1).family == "dream"  # fmt: skip
+
+
+def test_fast_dllm_v2_is_served_now():
+    """The config once refused here (third-party converters' keys) is detected as its family."""
+    cfg = {"model_type": "Fast_dLLM_Qwen", "architectures": ["Fast_dLLM_QwenForCausalLM"], "bd_size": 32}
+    shape = {"hidden_size": 8, "vocab_size": 9, "num_hidden_layers": 1, "num_attention_heads": 1}
+    got = detect({**cfg, **shape, "intermediate_size": 8}, None)
+    assert (got.family, got.block_size, got.mask_id, got.shift) == ("fast-dllm-v2", 32, 151665, True)
 
 
 def test_serve_says_it_in_one_line_and_exits_2(tmp_path):

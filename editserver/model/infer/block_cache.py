@@ -17,6 +17,13 @@ Design decisions:
   over every block finished since (the same numbers, computed from the same tokens). A state cut to
   some rows (``rows``) carries its own count of entered blocks, so a state the loop cuts again from
   the full one enters what it lacks itself.
+- Shifted logits (Fast-dLLM v2, NVlabs/Fast-dLLM ``v2/generation_functions.py``: ``logits =
+  cat([logits[:, :1], logits[:, :-1]])`` inside the block; the first token of the next block is
+  ``argmax(logits[:, -1])`` of the forward that stores a finished block): canvas column j reads the
+  hidden state of j - 1 under the same block-causal mask. Inside the block that is the step's own
+  span; for the block's first column it is the last position entered into the cache (the context's
+  last whole-block token, or the last column of the blocks entered), kept as ``last`` when it is
+  entered. So the shift is exact too: ``InPlaceNoCache`` reads the same position.
 - The sequence is the in-place layout's (model/infer/cache.py ``in_place``): context then canvas at
   contiguous positions; block families take no suffix (their FIM goes through the chat template).
 - The exact reference is ``InPlaceNoCache``: the whole sequence with the block-causal mask each step.
@@ -37,10 +44,12 @@ class BlockState:
     kv: list  # per layer (k, v) [B, Hkv, Lk, D]: the context's whole blocks, then entered canvas blocks
     valid: torch.Tensor  # [B, Lk] bool: cached keys that exist (padding of shorter contexts: False)
     upto: int  # canvas columns entered into ``kv`` (columns before it are finished blocks)
+    last: torch.Tensor | None = None  # [B, dim] hidden state of the last position entered (shifted logits)
 
     def select(self, idx: torch.Tensor) -> BlockState:
         kv = [(k[idx], v[idx]) for k, v in self.kv]
-        return BlockState(self.seq.select(idx), kv, self.valid[idx], self.upto)
+        last = None if self.last is None else self.last[idx]
+        return BlockState(self.seq.select(idx), kv, self.valid[idx], self.upto, last)
 
 
 @dataclass(frozen=True)
@@ -66,13 +75,16 @@ class BlockCache:
             raise ValueError("a row's canvas must start on its block grid (Member.lead = context % block)")
         A = int(done.max())
         valid = torch.arange(A, device=done.device)[None, :] < done[:, None]  # [B, A]
+        w = model.embed_tokens.weight
+        last = w.new_zeros((len(done), model.cfg.dim))  # [B, dim]
         if A > 0:
-            _, kv = model.encode(st.static[:, :A], valid)
+            h, kv = model.encode(st.static[:, :A], valid)  # h [B, A, dim]
+            rows = torch.arange(len(done), device=done.device)
+            last = torch.where((done > 0)[:, None], h[rows, (done - 1).clamp_min(0)], last)
         else:
-            w = model.embed_tokens.weight
             empty = w.new_zeros((len(done), model.cfg.n_kv_heads, 0, model.cfg.head_dim))
             kv = [(empty, empty) for _ in model.layers]
-        return BlockState(st, kv, valid, 0)
+        return BlockState(st, kv, valid, 0, last)
 
     def _span(self, model, state: BlockState, seq: torch.Tensor, a: int, z: int, keep: list | None):
         """Hidden states [B, z - a, dim] of canvas columns [a, z) against the cache (``keep``: their
@@ -89,15 +101,16 @@ class BlockCache:
         seq = state.seq.sequence(canvas)  # [B, L]
         if only.start > state.upto:  # blocks finished since the last step enter the cache once
             fresh: list = []
-            _, exists = self._span(model, state, seq, state.upto, only.start, fresh)
+            hf, exists = self._span(model, state, seq, state.upto, only.start, fresh)  # [B, m, dim]
+            state.last = hf[:, -1]
             state.kv = [
                 (torch.cat([k, fk], 2), torch.cat([v, fv], 2)) for (k, v), (fk, fv) in zip(state.kv, fresh)
             ]
             state.valid = torch.cat([state.valid, exists], dim=1)
             state.upto = only.start
         h, _ = self._span(model, state, seq, only.start, only.stop, None)  # [B, n, dim]
-        if model.cfg.shift:  # position j read from j - 1 inside the block (cache.py module docstring)
-            raise NotImplementedError("shifted block families are not decoded yet")
+        if model.cfg.shift:  # column j reads j - 1; the block's first, the last entered (module docstring)
+            h = torch.cat([state.last[:, None], h[:, :-1]], dim=1)  # [B, n, dim]
         return model.head(h[want])
 
     def rows(self, state: object, idx: torch.Tensor) -> BlockState:

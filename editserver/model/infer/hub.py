@@ -30,6 +30,9 @@ PULLABLE = {
     "sdar-8b-chat": "JetLM/SDAR-8B-Chat",
     "trado-4b-instruct": "Gen-Verse/TraDo-4B-Instruct",
     "trado-8b-instruct": "Gen-Verse/TraDo-8B-Instruct",
+    # Fast-dLLM v2 (NVlabs/Fast-dLLM v2/README.md: the 7B badge and the 1.5B row)
+    "fast-dllm-v2-1.5b": "Efficient-Large-Model/Fast_dLLM_v2_1.5B",
+    "fast-dllm-v2-7b": "Efficient-Large-Model/Fast_dLLM_v2_7B",
 }
 # besides config.json and the weights; each may be absent from a repository
 OPTIONAL = (

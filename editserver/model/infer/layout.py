@@ -24,7 +24,7 @@ Design decisions:
   longer than the context is cut as our own model's window cuts (``fit_prompt``), and the
   completion reports the tokens dropped. Decoding
   uses Fast-dLLM's dual cache (``DualCache``), approximate; ``InPlaceNoCache`` is the exact reference.
-- ``BlockLayout``: block-diffusion families (SDAR), instruct models with no FIM training. FIM goes
+- ``BlockLayout``: block-diffusion families (SDAR, Fast-dLLM v2), instruct models with no FIM training. FIM goes
   through the chat template: the user's turn holds the file with a hole marker and asks for the
   missing code only; the answer is the inside of a code fence when it writes one (``route`` names
   this route for /v1/models and each answer's ``editserver`` field). Next edits as for the other

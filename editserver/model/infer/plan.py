@@ -17,7 +17,8 @@ Design decisions:
   publisher's loop with the same edit.
 - A block-diffusion family (SDAR) decodes at its model's block size, whatever the effort or the
   request says (its attention is block-causal on that grid: model/infer/hf/model.py), with its
-  per-block rule (``BlockSchedule``: the request's ``threshold`` overrides the family's) on the block
+  per-block rule (``BlockSchedule``; Fast-dLLM v2's ``SubBlockThreshold``: the request's
+  ``threshold`` overrides the family's) on the block
   cache (model/infer/block_cache.py); its published plan is the same rule at the publisher's
   threshold on the exact cache. Its canvas never takes extra one-line canvases or step budgets.
 - One-line FIM requests (their stops include a newline) are a kind of their own ("line"): they get the
@@ -28,6 +29,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from editserver.model.infer.cache import CachePolicy
@@ -39,6 +41,7 @@ from editserver.model.infer.unmasking import (
     LeftmostRule,
     PublishedRule,
     StepBudget,
+    SubBlockThreshold,
     ThresholdRule,
     TopKRule,
     UnmaskRule,
@@ -82,7 +85,8 @@ PUBLISHED = {
     "llada-moe": (False, 32),
 }
 # a block family's rule at block size b: SDAR/TraDo README, threshold 0.9 and b steps a block
-BLOCK_RULES = {"sdar": lambda b: BlockSchedule(0.9, b)}
+# Fast-dLLM v2: 8-token sub-blocks at threshold 0.9 (v2/eval.py and run_chatbot.py, NVlabs/Fast-dLLM)
+BLOCK_RULES = {"sdar": lambda b: BlockSchedule(0.9, b), "fast-dllm-v2": lambda b: SubBlockThreshold(0.9, 8)}
 WHOLE = 1 << 20  # a block as wide as any canvas: an edited canvas is one block
 
 
@@ -105,7 +109,7 @@ def block_plan(
     kind: str,
     cache: CachePolicy,
     block: int,
-    rule: BlockSchedule,
+    rule: BlockSchedule | SubBlockThreshold,
     published: bool = False,
 ) -> DecodePlan:
     """The plan of a block-diffusion family (module docstring): ``rule`` on ``block``-token blocks."""
@@ -117,7 +121,7 @@ def block_plan(
         )
     effort = "published" if published else resolve_effort(inference, options.effort, kind)
     if options.threshold is not None and not published:
-        rule = BlockSchedule(options.threshold, rule.steps)
+        rule = dataclasses.replace(rule, threshold=options.threshold)
     sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
     # the whole canvas from the first step: later blocks never reach earlier ones, so width costs nothing
     return DecodePlan(kind, effort, rule, block, cache, sampling, (), True)

@@ -37,6 +37,12 @@ Design decisions:
   position with p > threshold when there are at least k_s of them, else the k_s most confident.
   At least one per step while k_s >= 1; past the last step, everything left (the publisher's
   schedule always ends its block by then).
+- Fast-dLLM v2's rule (``SubBlockThreshold``, NVlabs/Fast-dLLM ``v2`` ``generate``): the loop's block
+  is the model's (32) and is decoded in sub-blocks of ``sub`` (8) columns left to right; a step commits,
+  inside the leftmost sub-block with a masked position, every masked position with p > threshold and
+  the single most confident one. A block whose first column is still masked commits that column
+  alone first: the publisher writes it before the block's first step, as the argmax of the previous
+  block's last position (its logits here too: shifted, model/infer/block_cache.py).
 - Implied end-of-text (``informative``): a predicted end-of-text right after another undecided
   predicted end-of-text follows from it (training pads every answer with end-of-text), so it enters
   the rule with certainty 0 and never spends a step of its own.
@@ -250,6 +256,33 @@ class BlockSchedule:
         high = (conf > self.threshold) & active  # [B, n]
         enough = high.sum(dim=1, keepdim=True) >= k  # [B, 1]
         return torch.where(enough, high, _top_k_mask(conf, active, k))
+
+
+@dataclass(frozen=True)
+class SubBlockThreshold:
+    """Fast-dLLM v2's per-step rule inside a block: threshold within sub-blocks (module docstring)."""
+
+    threshold: float
+    sub: int
+    uses_margin: ClassVar[bool] = False
+
+    def select(
+        self,
+        conf: torch.Tensor,
+        active: torch.Tensor,
+        repeated: torch.Tensor | None = None,
+        step: int = 0,
+        tok: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        n = active.shape[1]
+        col = torch.arange(n, device=active.device)[None, :]  # [1, n]
+        lo = torch.where(active, col, n).min(dim=1, keepdim=True).values  # [B, 1] leftmost masked
+        here = active & (col // self.sub == lo // self.sub)  # [B, n] its sub-block's masked positions
+        c = conf.masked_fill(~here, float("-inf"))
+        best = torch.zeros_like(here).scatter_(1, c.argmax(dim=1, keepdim=True), True)  # one per row
+        chosen = ((c > self.threshold) | best) & here
+        first = active[:, :1]  # [B, 1] the block's first column: the previous block's argmax, alone
+        return torch.where(first, col == 0, chosen)
 
 
 def informative(tok: torch.Tensor, conf: torch.Tensor, active: torch.Tensor, eot_id: int) -> torch.Tensor:

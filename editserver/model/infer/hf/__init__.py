@@ -62,6 +62,7 @@ EVALUATED = {
     "llada": 4096,
     "llada-moe": 4096,
     "sdar": 4096,
+    "fast-dllm-v2": 4096,  # v2/eval.py asserts prompt + target <= 4096 (NVlabs/Fast-dLLM)
 }
 
 

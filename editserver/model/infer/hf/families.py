@@ -37,6 +37,13 @@ What was checked against the published files (2026-12-02, read through the searc
   ``<|MASK|>`` and 4). Logits are not shifted. Attention is block-causal on an absolute grid from
   position 0 (``cfg.block_size``, model/infer/hf/model.py). A repository named ``-b8`` ... ``-b64``
   was fine-tuned at that block (SDAR README), and the serve option ``--block-size`` overrides both.
+- Fast-dLLM v2 (NVlabs/Fast-dLLM ``v2/``; the HF repos Efficient-Large-Model/Fast_dLLM_v2_1.5B and
+  _7B): Qwen2.5-Instruct with plain Qwen2 keys (q/k/v bias, no QK norm), the block in config.json as
+  ``bd_size`` (32), mask id 151665 (``FAST_DLLM_MASK_ID`` in ``v2/generation_functions.py``; not in
+  the config), logits shifted (position j read from j - 1, the first of a block from the previous
+  block's last position). Recognised by its architectures (``Fast_dLLM_QwenForCausalLM``), an
+  auto_map naming Fast_dLLM, or ``bd_size``: never by model_type alone, which third-party copies
+  spell ``Fast_dLLM_Qwen`` and a converted directory may leave at ``qwen2``.
 """
 
 from __future__ import annotations
@@ -54,8 +61,9 @@ SUPPORTED = (
     "LLaDA / LLaDA-1.5 (model_type 'llada')",
     "LLaDA-MoE-7B-A1B Base/Instruct (architectures LLaDAMoEModelLM)",
     "SDAR / TraDo (model_type 'sdar', block diffusion)",
+    "Fast-dLLM v2 (architectures Fast_dLLM_QwenForCausalLM or bd_size, block diffusion)",
 )
-MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>")
+MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>", "|<MASK>|")
 
 
 class UnsupportedModelError(ValueError):
@@ -224,7 +232,8 @@ def block_size_of(raw: dict, name: str = "", override: int | None = None) -> int
     m = re.search(r"-b(8|16|32|64)(?:$|[-_./])", name)
     if m:
         return int(m.group(1))
-    return int(raw.get("block_size") or SDAR_BLOCK)
+    default = FAST_DLLM_BLOCK if is_fast_dllm(raw) else SDAR_BLOCK
+    return int(raw.get("block_size") or raw.get("bd_size") or default)
 
 
 def _sdar(cfg: dict, mask_id: int) -> OpenConfig:
@@ -237,6 +246,22 @@ def _sdar(cfg: dict, mask_id: int) -> OpenConfig:
         qk_norm=True,
         block_size=block_size_of(cfg),
     )
+
+
+FAST_DLLM_MASK = 151665  # |<MASK>|: FAST_DLLM_MASK_ID, NVlabs/Fast-dLLM v2/generation_functions.py
+FAST_DLLM_BLOCK = 32  # bd_size: the block it was trained at (model card; SGLang's default)
+
+
+def is_fast_dllm(cfg: dict) -> bool:
+    """Fast-dLLM v2 by its architectures, an auto_map naming Fast_dLLM, or ``bd_size`` (module docstring)."""
+    archs = [str(a) for a in cfg.get("architectures") or []]
+    auto = " ".join(str(v) for v in (cfg.get("auto_map") or {}).values())
+    return any(a.startswith("Fast_dLLM") for a in archs) or "Fast_dLLM" in auto or "bd_size" in cfg
+
+
+def _fast_dllm(cfg: dict, mask_id: int) -> OpenConfig:
+    """Fast-dLLM v2: Qwen2 keys, block-causal attention, shifted logits (module docstring)."""
+    return replace(_qwen2(cfg, "fast-dllm-v2", mask_id), block_size=block_size_of(cfg))
 
 
 def refuse_unserved(cfg: dict) -> None:
@@ -264,6 +289,11 @@ def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
     if is_sdar(cfg):
         mask = cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else SDAR_MASK)
         return _sdar(cfg, int(mask))
+    if is_fast_dllm(cfg):  # the mask is not in its config: the tokenizer's |<MASK>|, else 151665
+        mask = cfg.get(
+            "mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else FAST_DLLM_MASK
+        )
+        return _fast_dllm(cfg, int(mask))
     refuse_unserved(cfg)
     if mtype in ("qwen2", "llama", "mistral", "qwen3", "gpt2") or any("CausalLM" in a for a in archs):
         if mtype == "qwen2" and (tokenizer_mask_id is not None or cfg.get("mask_token_id") is not None):

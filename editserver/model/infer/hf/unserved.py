@@ -2,8 +2,8 @@
 
 Design decisions:
 - Each family is recognised from ``config.json`` alone: ``architectures`` first, then ``model_type``,
-  then a key only that family has (``bd_size``, ``canvas_length``). ``model_type`` alone never decides where two families share one (Stable-DiffCoder
-  says ``llama``; LLaDA-MoE says ``llada`` like dense LLaDA and is served: model/infer/hf/families.py).
+  then a key only that family has (``canvas_length``). ``model_type`` alone never decides where two
+  families share one (Stable-DiffCoder says ``llama``; LLaDA-MoE says ``llada`` like dense LLaDA and is served: model/infer/hf/families.py).
 - The answer says what the directory is (block diffusion, uniform-state diffusion, autoregressive,
   mixture of experts), that it is not served yet, and which families are; it is one line, and the
   command that loads it exits with status 2 (``UnsupportedModelError`` is a ``ValueError``).
@@ -31,13 +31,6 @@ UNSERVED = (
         "a block-diffusion mixture-of-experts model (256 experts, 8 per token, 32-token blocks)",
         archs=("LLaDA2MoeModelLM", "LLaDA2MoeModel"),
         model_types=("llada2_moe", "llada21_moe"),
-    ),
-    Unserved(
-        "Fast-dLLM v2",
-        "a block-diffusion model on Qwen2.5 (32-token blocks of 8-token sub-blocks)",
-        archs=("Fast_dLLM_QwenForCausalLM",),
-        model_types=("fast_dllm_qwen",),
-        keys=("bd_size",),
     ),
     Unserved(
         "Stable-DiffCoder",
