@@ -163,6 +163,8 @@ def fit_edit_prompt(p: EditPrompt, limits: Limits) -> EditPrompt | None:
     (the farthest parts dropped first); None when the region alone is over (module docstring)."""
     budget = edit_budget(p.region, limits)
     tok = limits.tokenizer
+    if utf8_len(build_prompt(p)) <= min(budget, limits.window - 1):
+        return p  # the usual prompt: its bytes bound its tokens under both limits, nothing to encode
     if tok is not None and limits.window < limits.context_length:
         try:
             fitted = fit_prompt(p, tok.encode_prompt, limits.window - 1, lambda t: _floor(tok, t))

@@ -188,17 +188,16 @@ def test_no_longer_refused():
         pytest.fail(str(err))
 
 
-def test_served_over_http_with_its_block_and_fim_route(tmp_path):
-    """``editserver serve`` on the SDAR directory (loopback): /v1/models reports the block in use
-    (``--block-size`` over the config's 4) and the FIM route; FIM and next edit answer."""
+def assert_served(d, tmp_path, family: str, block: int, *flags: str) -> None:
+    """``editserver serve`` on a block-diffusion directory (loopback): /v1/models reports the family,
+    the block in use and the FIM route (the chat template); FIM and next edit answer."""
     import httpx
 
     from tests.lsp.conftest import serving
 
-    d, _ = make_sdar(tmp_path / "model")
-    with serving(d, tmp_path / "serve.log", "--dtype", "fp32", "--block-size", "8") as url:
+    with serving(d, tmp_path / "serve.log", "--dtype", "fp32", *flags) as url:
         card = httpx.get(f"{url}/v1/models").json()["data"][0]
-        assert card["family"] == "sdar" and card["block_size"] == 8 and card["fim_route"] == "chat"
+        assert card["family"] == family and card["block_size"] == block and card["fim_route"] == "chat"
         body = {
             "model": "editserver",
             "prompt": "def add(a, b):\n    return ",
@@ -216,3 +215,9 @@ def test_served_over_http_with_its_block_and_fim_route(tmp_path):
         r = httpx.post(f"{url}/v1/edit/completions", json=edit, timeout=120)
         assert r.status_code == 200, r.text
         assert r.json()["object"] == "edit.completion"
+
+
+def test_served_over_http_with_its_block_and_fim_route(tmp_path):
+    """The SDAR directory served with ``--block-size 8`` over its config's 4."""
+    d, _ = make_sdar(tmp_path / "model")
+    assert_served(d, tmp_path, "sdar", 8, "--block-size", "8")

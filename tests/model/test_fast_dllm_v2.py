@@ -180,30 +180,8 @@ def test_engine_answers_fim_and_edit_through_the_chat_template(fast):
 
 
 def test_served_over_http(tmp_path):
-    """``editserver serve`` on the Fast-dLLM v2 directory (loopback): /v1/models reports its block
-    and the FIM route; FIM and next edit answer."""
-    import httpx
-
-    from tests.lsp.conftest import serving
+    """The Fast-dLLM v2 directory served: its 32-token block and the chat route reported."""
+    from tests.model.test_block_diffusion import assert_served
 
     d, _ = make_fast_dllm(tmp_path / "model")
-    with serving(d, tmp_path / "serve.log", "--dtype", "fp32") as url:
-        card = httpx.get(f"{url}/v1/models").json()["data"][0]
-        assert card["family"] == "fast-dllm-v2" and card["block_size"] == 32 and card["fim_route"] == "chat"
-        body = {
-            "model": "editserver",
-            "prompt": "def add(a, b):\n    return ",
-            "suffix": "\n",
-            "max_tokens": 12,
-        }
-        r = httpx.post(f"{url}/v1/fim/completions", json=body, timeout=120)
-        assert r.status_code == 200, r.text
-        assert r.json()["editserver"]["fim_route"] == "chat" and r.json()["editserver"]["steps"] >= 1
-        edit = {
-            "model": "mercury-edit",
-            "messages": [{"role": "user", "content": ZED_PROMPT}],
-            "max_tokens": 16,
-        }
-        r = httpx.post(f"{url}/v1/edit/completions", json=edit, timeout=120)
-        assert r.status_code == 200, r.text
-        assert r.json()["object"] == "edit.completion"
+    assert_served(d, tmp_path, "fast-dllm-v2", 32)
