@@ -163,8 +163,9 @@ def fit_edit_prompt(p: EditPrompt, limits: Limits) -> EditPrompt | None:
     (the farthest parts dropped first); None when the region alone is over (module docstring)."""
     budget = edit_budget(p.region, limits)
     tok = limits.tokenizer
-    if utf8_len(build_prompt(p)) <= min(budget, limits.window - 1):
-        return p  # the usual prompt: its bytes bound its tokens under both limits, nothing to encode
+    size = utf8_len(build_prompt(p))  # bytes bound tokens
+    if size <= min(budget, limits.window - 1):
+        return p  # the usual prompt: under both limits, nothing to encode
     if tok is not None and limits.window < limits.context_length:
         try:
             fitted = fit_prompt(p, tok.encode_prompt, limits.window - 1, lambda t: _floor(tok, t))
@@ -172,8 +173,8 @@ def fit_edit_prompt(p: EditPrompt, limits: Limits) -> EditPrompt | None:
             fitted = None
         if fitted is not None and len(fitted[1]) <= budget:
             return fitted[0]
-    if utf8_len(build_prompt(p)) <= budget:
-        return p  # the usual prompt: no part of it needs counting
+    if size <= budget:
+        return p  # within the context by its bytes; the server cuts it to its window
     return _fit_hard(_Drops(p), budget, tok)
 
 
