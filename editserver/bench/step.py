@@ -29,6 +29,16 @@ Design decisions:
   floor beside it counts every expert, which a 16-row canvas nearly reaches.
 - ``--quantize none,int8`` times the bf16/fp32 weights against weight-only int8 (model/infer/quant.py)
   in the same interleaved rounds, each against its own floor.
+- Block-diffusion shapes (``fast-dllm-v2-1.5b``, ``sdar-1.7b``, ...; bench/_step_shapes.py) decode on
+  the block cache with their family's rule, one token per step as the in-place shapes do.
+- ``--shape a,b,c``: several shapes in one run, every model built first and the rounds interleaved
+  over shapes as over backends, so the machine's noise falls on all of them.
+- Beside ms per step, "answer": the wall time of a one-line answer (an ``--answer``-token canvas,
+  default 16, decoded to its end, the context's prefill included), each one typed token after the
+  decode before it, so with ``--reuse on`` it is the answer after a keystroke with the head of the
+  file reused. The last lines give its p50 per shape at the smallest batch (reuse ``on`` when
+  timed) and each shape's ratio to the first: the figure "one-line answer of a block model after a
+  keystroke, against the dual-cache model", from one command.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ import sys
 import time
 from pathlib import Path
 
+from editserver.bench._step_shapes import BLOCK_SHAPES, block_model, decode_ms
 from editserver.bench.kernels import SHAPES, OpShapes
 from editserver.model.infer.hf.moe import MoeSpec
 
@@ -58,13 +69,22 @@ MOE_SHAPES = {
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("step", help="ms per denoising step of a random open-weight-shaped model")
     p.add_argument(
-        "--shape", choices=["tiny", *SHAPES, *MOE_SHAPES], default="tiny", help="model shape (default tiny)"
+        "--shape",
+        default="tiny",
+        help=f"model shapes, comma-separated, timed interleaved (default tiny): "
+        f"{', '.join(['tiny', *SHAPES, *MOE_SHAPES, *BLOCK_SHAPES])}",
     )
     p.add_argument("--layers", type=int, default=None, help="build only this many layers (memory)")
     p.add_argument("--batches", default="1,16", help="batch sizes, comma-separated (default 1,16)")
     p.add_argument("--context", type=int, default=512, help="prefix tokens per row (default 512)")
     p.add_argument("--suffix", type=int, default=64, help="suffix tokens per row (default 64)")
     p.add_argument("--canvas", type=int, default=32, help="canvas tokens: steps per decode (default 32)")
+    p.add_argument(
+        "--answer",
+        type=int,
+        default=16,
+        help="canvas of the one-line answer timed whole (default 16; 0: none)",
+    )
     p.add_argument(
         "--backends", default="torch,triton", help="ops backends to compare (default torch,triton)"
     )
@@ -172,57 +192,72 @@ def expert_line(e: dict) -> str:
     )
 
 
-def _decode_ms(
-    model, batch: int, args, device: str, store=None, canvas: int | None = None, typed: int = 0
-) -> tuple[float, int]:
-    """(wall ms, steps) of one decode of ``batch`` rows (of a ``canvas``-token canvas if given) whose
-    prefix ends in ``typed`` more tokens."""
-    import torch
-
-    from editserver.model.infer.cache import DualCache, Rows
-    from editserver.model.infer.loop_types import Tokens
-    from editserver.model.infer.plan import DecodePlan
-    from editserver.model.infer.sampler import denoise
-    from editserver.model.infer.unmasking import TopKRule
-
-    V = model.cfg.vocab_size
-    g = torch.Generator().manual_seed(batch)
-    pre = torch.randint(0, V - 2, (batch, args.context), generator=g)
-    suf = torch.randint(0, V - 2, (batch, args.suffix), generator=g).to(device)
-    pre = torch.cat([pre, torch.arange(typed).expand(batch, typed) % (V - 2)], dim=1).to(device)
-    rows = Rows(
-        pre, torch.full((batch,), pre.shape[1], device=device), None, None, suf,
-        torch.full((batch,), args.suffix, device=device),
-    )  # fmt: skip
-    canvas = canvas or args.canvas
-    plan = DecodePlan("fim", "bench", TopKRule(1), canvas, DualCache(store=store))
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    # end-of-text is never proposed (suppressed), so every decode takes ``canvas`` steps
-    res = denoise(model, rows, canvas, plan, Tokens(V - 1, V - 2, (V - 2,)))
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return 1000 * (time.perf_counter() - t0), res.steps
-
-
-def _timed(models, batch: int, args, device: str, variants, stores) -> dict:
+def _timed(models, batch: int, args, device: str, variants, stores, rules) -> dict:
     """Per variant: [ms/step over the decode], [ms of a one-step decode: the forward over the whole
-    context], [ms/step of the steps after it]; rounds interleaved, the first one a warm-up."""
+    context], [ms/step of the steps after it], [ms of a one-line answer]; rounds interleaved, the
+    first one a warm-up. Each decode follows the one before it on its store by one typed token."""
     from editserver.model.infer import ops
 
-    times: dict = {v: ([], [], []) for v in variants}
+    times: dict = {v: ([], [], [], []) for v in variants}
     for r in range(args.repeat + 1):  # the first round warms up (compilation, caches)
         for v in variants if r % 2 == 0 else variants[::-1]:
-            ops.set_backend(v[0])
-            ms, steps = _decode_ms(models[v[1]], batch, args, device, stores[v], typed=2 * r)
-            first, _ = _decode_ms(models[v[1]], batch, args, device, stores[v], canvas=1, typed=2 * r + 1)
+            ops.set_backend(v[1])
+            model, store, rule = models[v[0], v[2]], stores[v], rules[v[0]]
+            ms, steps = decode_ms(model, batch, args, device, store, typed=3 * r, rule=rule)
+            first, _ = decode_ms(model, batch, args, device, store, canvas=1, typed=3 * r + 1, rule=rule)
+            answer = 0.0
+            if args.answer:
+                answer, _ = decode_ms(model, batch, args, device, store, args.answer, 3 * r + 2, rule)
             if r:
                 times[v][0].append(ms / steps)
                 times[v][1].append(first)
                 times[v][2].append(max(ms - first, 0.0) / max(steps - 1, 1))
+                times[v][3].append(answer)
     ops.set_backend("auto")
     return times
+
+
+def _build(name: str, args, device: str, dtype, quants: list[str]) -> tuple[dict, object, dict | None]:
+    """({quant: model}, the block rule or None, what a step reads of the experts or None) of a shape."""
+    from editserver.model.infer.quant import quantize
+
+    spec = BLOCK_SHAPES.get(name)
+    shape, moe = MOE_SHAPES.get(name, (TINY if name == "tiny" else SHAPES.get(name), None))
+    shape = spec.ops if spec else shape
+    if args.layers:
+        shape = dataclasses.replace(shape, n_layers=args.layers)
+    make = (
+        (lambda: block_model(spec, shape, device, dtype))
+        if spec
+        else (lambda: _model(shape, device, dtype, moe))
+    )
+    models = {q: quantize(make(), q) for q in quants}
+    rule = spec.rule(spec.block) if spec else None
+    return models, rule, expert_reads(models[quants[0]], args.canvas) if moe is not None else None
+
+
+def _answer_lines(out: dict, args, shapes: list[str], variants, names, reuse: list[str]) -> list[str]:
+    """The one-line answer's p50 per shape and backend at the smallest batch (reuse ``on`` if timed)."""
+    batch = min(out["answer_ms"])
+    use = "on" if "on" in reuse else reuse[0]
+    per = {}
+    for v in variants:
+        if v[3] == use and v[2] == variants[0][2]:
+            per.setdefault(v[0], {})[v[1]] = out["answer_ms"][batch][names[v]]
+    out["answer"] = {"batch": batch, "reuse": use, "tokens": args.answer, "p50_ms": per}
+    suffix = f" + suffix {args.suffix}" if args.suffix else ""
+    lines = [
+        f"one-line answer ({args.answer} tokens, the context's prefill included) after one typed token, "
+        f"context {args.context}{suffix}, reuse {use}, batch {batch}, p50 of {args.repeat}:"
+    ]
+    base = per[shapes[0]]
+    for s in shapes:
+        kind = f"block {BLOCK_SHAPES[s].block}, block cache" if s in BLOCK_SHAPES else "in place, dual cache"
+        lines.append(f"  {s:<22} {'(' + kind + ')':<26} " + "  ".join(
+            f"{b} {ms:9.1f} ms" + (f" x{ms / base[b]:.2f}" if s != shapes[0] and base.get(b) else "")
+            for b, ms in per[s].items()
+        ))  # fmt: skip
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -234,56 +269,70 @@ def run(args: argparse.Namespace) -> int:
     if "triton" in backends and device != "cuda":
         print("editserver bench step: the Triton backend needs CUDA here; timing torch only", file=sys.stderr)
         backends = [b for b in backends if b != "triton"]
-    from editserver.model.infer.quant import quantize
-
-    shape, moe = MOE_SHAPES.get(args.shape, (TINY if args.shape == "tiny" else SHAPES.get(args.shape), None))
-    if args.layers:
-        shape = dataclasses.replace(shape, n_layers=args.layers)
+    shapes = [s for s in args.shape.split(",") if s]
+    known = ["tiny", *SHAPES, *MOE_SHAPES, *BLOCK_SHAPES]
+    reuse = [x for x in args.reuse.split(",") if x]
+    for bad, msg in (
+        ([s for s in shapes if s not in known] or not shapes, f"--shape takes {', '.join(known)}, comma-separated"),
+        (not set(reuse) <= {"off", "on", "suffix"}, "--reuse takes off, on and suffix, comma-separated"),
+    ):  # fmt: skip
+        if bad:
+            print(f"editserver bench step: error: {msg}", file=sys.stderr)
+            return 2
+    quants = [q for q in args.quantize.split(",") if q]
+    multi = len(shapes) > 1
+    models, rules, experts = {}, {}, {}
     try:
-        quants = [q for q in args.quantize.split(",") if q]
-        models = {q: quantize(_model(shape, device, dtype, moe), q) for q in quants}
+        for s in shapes:
+            built, rules[s], experts[s] = _build(s, args, device, dtype, quants)
+            models.update({(s, q): m for q, m in built.items()})
     except ValueError as e:
         print(f"editserver bench step: error: {e}", file=sys.stderr)
         return 2
     bw = bandwidth(args.bandwidth_mib, device)
-    floors = {q: 1000 * weight_bytes(m) / bw for q, m in models.items()}
-    out: dict = {"shape": args.shape, "device": device, "dtype": str(dtype), "rows": {}}
+    floors = {k: 1000 * weight_bytes(m) / bw for k, m in models.items()}
+    label = {k: f"{k[0]}/{k[1]}" if multi else k[1] for k in models}
+    out: dict = {"shape": args.shape, "shapes": shapes, "device": device, "dtype": str(dtype), "rows": {}}
     out["bandwidth_gb_s"] = round(bw / 1e9, 2)
-    out["floor_ms"] = {q: round(f, 6) for q, f in floors.items()}  # tiny shapes read microseconds
-    if moe is not None:
-        out["experts"] = expert_reads(models[quants[0]], args.canvas)
-        print(expert_line(out["experts"]))
+    out["floor_ms"] = {label[k]: round(f, 6) for k, f in floors.items()}  # tiny shapes read microseconds
+    for s, e in experts.items():
+        if e is not None:
+            out["experts" if not multi else f"experts/{s}"] = e
+            print(expert_line(e))
     print(f"bandwidth {bw / 1e9:.1f} GB/s; floor (weight bytes / bandwidth): "
-          + ", ".join(f"{q} {f:.1f} ms" for q, f in floors.items()))  # fmt: skip
+          + ", ".join(f"{label[k]} {f:.1f} ms" for k, f in floors.items()))  # fmt: skip
     from editserver.model.infer.prefix import PrefixStore
 
-    reuse = [x for x in args.reuse.split(",") if x]
-    if not set(reuse) <= {"off", "on", "suffix"}:
-        print(
-            "editserver bench step: error: --reuse takes off, on and suffix, comma-separated", file=sys.stderr
-        )
-        return 2
-    variants = [(b, q, u) for b in backends for q in quants for u in reuse]
-    stores = {v: PrefixStore(2**34, suffix=v[2] == "suffix") if v[2] != "off" else None for v in variants}
+    variants = [(s, b, q, u) for s in shapes for b in backends for q in quants for u in reuse]
+    stores = {v: PrefixStore(2**34, suffix=v[3] == "suffix") if v[3] != "off" else None for v in variants}
     names = {
-        v: "/".join([v[0], *([v[1]] if len(quants) > 1 else []), *([v[2]] if len(reuse) > 1 else [])])
+        v: "/".join([
+            *([v[0]] if multi else []), v[1], *([v[2]] if len(quants) > 1 else []),
+            *([v[3]] if len(reuse) > 1 else []),
+        ])
         for v in variants
-    }
-    print(f"{'batch':>5} " + " ".join(
-        f"{names[v] + ' ms/step':>18} {'x floor':>7} {'later':>8} {'x floor':>7}" for v in variants
-    ))  # fmt: skip
-    out["first_ms"], out["later_ms"] = {}, {}
+    }  # fmt: skip
+    width = max(12, *(len(n) for n in names.values()))
+    print(
+        f"{'batch':>5} {'variant':<{width}} {'ms/step':>9} {'x floor':>7} {'later':>9} {'x floor':>7} {'answer ms':>10}"
+    )
+    for key in ("first_ms", "later_ms", "answer_ms"):
+        out[key] = {}
     for batch in [int(x) for x in args.batches.split(",") if x]:
-        times = _timed(models, batch, args, device, variants, stores)
-        out["rows"][batch] = {names[v]: round(statistics.median(t[0]), 3) for v, t in times.items()}
-        out["first_ms"][batch] = {names[v]: round(statistics.median(t[1]), 3) for v, t in times.items()}
-        out["later_ms"][batch] = {names[v]: round(statistics.median(t[2]), 3) for v, t in times.items()}
-        print(f"{batch:5d} " + " ".join(
-            f"{out['rows'][batch][names[v]]:18.2f} {out['rows'][batch][names[v]] / floors[v[1]]:7.2f}"
-            f" {out['later_ms'][batch][names[v]]:8.2f} {out['later_ms'][batch][names[v]] / floors[v[1]]:7.2f}"
-            for v in variants
-        ))  # fmt: skip
+        times = _timed(models, batch, args, device, variants, stores, rules)
+        for key, i in (("rows", 0), ("first_ms", 1), ("later_ms", 2), ("answer_ms", 3)):
+            out[key][batch] = {names[v]: round(statistics.median(t[i]), 3) for v, t in times.items()}
+        for v in variants:
+            step, later, floor = (
+                out["rows"][batch][names[v]],
+                out["later_ms"][batch][names[v]],
+                floors[v[0], v[2]],
+            )
+            print(f"{batch:5d} {names[v]:<{width}} {step:9.2f} {step / floor:7.2f} {later:9.2f} {later / floor:7.2f}"
+                  f" {out['answer_ms'][batch][names[v]]:10.1f}")  # fmt: skip
     print("later: ms per step after the first, whose forward over the whole context is timed alone")
+    if args.answer and out["answer_ms"]:
+        print("\n".join(_answer_lines(out, args, shapes, variants, names, reuse)))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0

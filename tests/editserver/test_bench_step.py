@@ -57,3 +57,52 @@ def test_bench_step_compares_context_reuse(tmp_path) -> None:
     assert set(json.loads(out.read_text())["rows"]["1"]) == {"torch/off", "torch/on"}
     bad = subprocess.run([*cmd[:-6], "--reuse", "sometimes"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--reuse" in bad.stderr
+
+
+def test_bench_step_interleaves_shapes_and_times_a_block_models_one_line_answer(tmp_path) -> None:
+    """An in-place shape and a block-diffusion one in one run, context reuse off and on: per shape and
+    variant ms/step and the one-line answer's ms, and the summary the goal figure reads (its p50 at
+    the smallest batch, reuse on, per shape)."""
+    out = tmp_path / "step.json"
+    cmd = [sys.executable, "-m", "editserver.cli", "bench", "step", "--shape", "tiny,tiny-block"]
+    cmd += ["--batches", "1,2", "--context", "37", "--suffix", "8", "--canvas", "6", "--answer", "8"]
+    cmd += ["--repeat", "1", "--device", "cpu", "--reuse", "off,on", "--bandwidth-mib", "16"]
+    r = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    names = {f"{s}/torch/{u}" for s in ("tiny", "tiny-block") for u in ("off", "on")}
+    assert res["shapes"] == ["tiny", "tiny-block"]
+    for key in ("rows", "first_ms", "later_ms", "answer_ms"):
+        assert set(res[key]) == {"1", "2"} and all(set(v) == names for v in res[key].values())
+    assert all(ms > 0 for v in res["answer_ms"].values() for ms in v.values())
+    answer = res["answer"]
+    assert (answer["batch"], answer["reuse"], answer["tokens"]) == (1, "on", 8)
+    assert set(answer["p50_ms"]) == {"tiny", "tiny-block"}
+    assert answer["p50_ms"]["tiny-block"]["torch"] == res["answer_ms"]["1"]["tiny-block/torch/on"]
+    assert "one-line answer" in r.stdout and "block 4, block cache" in r.stdout
+    bad = subprocess.run(
+        [*cmd[:6], "tiny,nonesuch", "--device", "cpu"], capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2 and "--shape" in bad.stderr
+
+
+def test_block_shapes_have_the_published_parameter_counts() -> None:
+    """Built on the meta device (no memory): each block shape's parameters equal its base model's
+    published count (the safetensors totals of Qwen2.5-1.5B/7B, Qwen3-1.7B/8B, Seed-Coder-8B), so
+    dims, heads, FFN width, vocabulary, biases, norms and head tying are the published ones."""
+    import torch
+
+    from editserver.bench._step_shapes import BLOCK_SHAPES, block_model
+
+    want = {
+        "fast-dllm-v2-1.5b": 1_543_714_304,  # tied head, q/k/v biases
+        "fast-dllm-v2-7b": 7_615_616_512,
+        "sdar-1.7b": 2_031_739_904,  # Qwen3-1.7B's count with a separate head
+        "sdar-8b": 8_190_735_360,
+        "stable-diffcoder-8b": 8_250_462_208,
+    }
+    for name, n in want.items():
+        spec = BLOCK_SHAPES[name]
+        model = block_model(spec, spec.ops, "meta", torch.float32)
+        assert model.num_parameters() == n, name
+        assert model.cfg.block_size == (32 if name.startswith("fast") else 4)
