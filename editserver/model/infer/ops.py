@@ -14,6 +14,12 @@ Design decisions:
   with grouped-query heads, which never materialises the L x L score matrix on its fused paths), not
   the explicit-math oracle. The Triton form reads the cached context and the block's keys in place
   (no concatenation) and skips each row's padding (``kv_lens``).
+- Masks: both forms take any bool mask broadcastable to [B, 1, Lq, Lk] over all keys, ``past``
+  first: key padding, and block diffusion's block-causal mask (model/infer/hf/model.py ``encode``
+  over one segment, ``encode_span`` over the cached blocks then the span's own keys). The Triton
+  form reads it tile by tile beside the keys (the heads broadcast with stride 0, never copied), so
+  nothing is routed to the reference (tests/kernels/test_block_mask.py). Its tiles are read even
+  where the mask rules them out (a prefill's later blocks): correct, not skipped.
 - ``kernels.reference`` imports torch only, so importing this module never imports Triton; the
   kernel modules (which do) are imported on first use.
 """
