@@ -33,6 +33,27 @@ for shape in llada-moe-7b-a1b dense-7b-as-llada-moe; do
   python -m editserver.cli bench step --shape $shape --batches 1,16 --canvas 16 --context 512 --repeat 3 \
     --dtype bfloat16 --json "$OUT/step-$shape.json" 2>&1 | tee "$OUT/step-$shape.txt"
 done
+# Block diffusion at the published 7B/8B sizes (random weights, bf16), each on the block cache with its
+# family's rule, one token a step: ms per step and the 16-token one-line answer after a typed token,
+# 512 tokens of context plus 64 after the cursor (in the chat prompt), reuse off and on, Triton
+# against SDPA, batch 1 and 16. Fast-dLLM v2 7B (Qwen2.5-7B shape, q/k/v biases, shifted logits,
+# 32-token blocks, 8-token sub-blocks at threshold 0.9):
+python -m editserver.cli bench step --shape fast-dllm-v2-7b --batches 1,16 --canvas 16 --context 512 \
+  --reuse off,on --repeat 3 --dtype bfloat16 --bandwidth-mib 4096 \
+  --json "$OUT/step-fast-dllm-v2-7b.json" 2>&1 | tee "$OUT/step-fast-dllm-v2-7b.txt"
+# SDAR-8B (Qwen3-8B shape, q/k norms, 4-token blocks, BlockSchedule(0.9, 4)):
+python -m editserver.cli bench step --shape sdar-8b --batches 1,16 --canvas 16 --context 512 \
+  --reuse off,on --repeat 3 --dtype bfloat16 --bandwidth-mib 4096 \
+  --json "$OUT/step-sdar-8b.json" 2>&1 | tee "$OUT/step-sdar-8b.txt"
+# Stable-DiffCoder-8B (Seed-Coder-8B's Llama shape, vocabulary 155,136, rope 5e5, 4-token blocks):
+python -m editserver.cli bench step --shape stable-diffcoder-8b --batches 1,16 --canvas 16 --context 512 \
+  --reuse off,on --repeat 3 --dtype bfloat16 --bandwidth-mib 4096 \
+  --json "$OUT/step-stable-diffcoder-8b.json" 2>&1 | tee "$OUT/step-stable-diffcoder-8b.txt"
+# The small block models against the 0.5B dual-cache model in one interleaved run: its last lines are
+# the one-line answer after a keystroke with the head of the file reused (p50, batch 1, reuse on).
+python -m editserver.cli bench step --shape qwen2-0.5b,fast-dllm-v2-1.5b,sdar-1.7b --batches 1,16 \
+  --canvas 16 --context 512 --reuse off,on --repeat 5 --dtype bfloat16 --bandwidth-mib 4096 \
+  --json "$OUT/step-block-small.json" 2>&1 | tee "$OUT/step-block-small.txt"
 # The typing replay at 7B through two servers (context reuse off and on): needs a downloaded 7B
 # diffusion model directory in MODEL_7B (for example Dream-Coder-v0-Instruct-7B) and the commit
 # records in EDITS (default ../shared/data/edits).
