@@ -14,9 +14,9 @@ Design decisions:
 - ``--quantize`` also takes ``packed`` (oneDNN's blocked layout for the same weights,
   model/infer/quant.py).
 - The floor beside it: a batch-1 step reads every weight once (the embedding table aside: a step
-  reads only its rows), so it takes at least weight bytes / memory bandwidth. The bandwidth is
-  measured in the same run (a sum over a ``--bandwidth-mib`` tensor, best of five), so the ratio
-  compares like with like on a busy machine.
+  reads only its rows, unless the head is tied to it), so it takes at least weight bytes / memory
+  bandwidth. The bandwidth is measured in the same run (a sum over a ``--bandwidth-mib`` tensor,
+  best of five), so the ratio compares like with like on a busy machine.
 - ``--reuse off,on,suffix`` adds the typing case: every decode of a batch size runs the same rows
   but for one more token typed at the end of the prefix (every variant types, so the contexts stay
   equal), so with a prefix store (model/infer/prefix.py) each refresh after the warm-up round
@@ -144,10 +144,11 @@ def bandwidth(mib: int, device: str) -> float:
 
 
 def weight_bytes(model) -> int:
-    """Bytes a batch-1 step reads: every parameter and buffer but the embedding table."""
+    """Bytes a batch-1 step reads: every parameter and buffer but the embedding table (a step reads
+    only its rows), which a tied head (no ``lm_head``) reads whole."""
     import torch
 
-    skip = {id(model.embed_tokens.weight)}
+    skip = {id(model.embed_tokens.weight)} if getattr(model, "lm_head", None) is not None else set()
     tensors = [t for t in [*model.parameters(), *model.buffers()] if id(t) not in skip]
     # oneDNN-packed weights (model/infer/quant.py PackedLinear) are plain attributes, not buffers
     tensors += [m.packed for m in model.modules() if isinstance(getattr(m, "packed", None), torch.Tensor)]
