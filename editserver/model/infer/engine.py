@@ -140,7 +140,9 @@ class Engine:
         bidirectional models, so each default follows ``editserver bench keystrokes``
         (docs/experiments.md); for block-diffusion models they are exact and reuse is on."""
         if mb is None:
-            exact = getattr(self.cache, "exact", False) and self.block_size  # block diffusion's reuse is exact
+            exact = (
+                getattr(self.cache, "exact", False) and self.block_size
+            )  # block diffusion's reuse is exact
             mb = DEFAULT_MB.get(self.family, DEFAULT_MB["block" if exact else "open"])
         if mb < 0:
             raise ValueError(f"prefix cache size must be at least 0 MiB, got {mb}")
@@ -390,7 +392,12 @@ class Engine:
         return Hooks(
             observe=observe,
             done=done_hook(
-                [r.options.stop for r in reqs], groups, self.tok.decode, self.tok.eot_id, self._ends(reqs)
+                [r.options.stop for r in reqs],
+                groups,
+                self.tok.decode,
+                self.tok.eot_id,
+                self._ends(reqs),
+                frozenset(getattr(self.tok, "turn_end_ids", ())),
             ),
             draft=draft,
             should_stop=(o.cancel.is_set if o.cancel is not None else None),
