@@ -155,6 +155,8 @@ def test_pull_llada_moe_asks_for_the_files_its_publisher_lists(tmp_path):
     assert PULLABLE["fast-dllm-v2-7b"] == "Efficient-Large-Model/Fast_dLLM_v2_7B"
     assert PULLABLE["fast-dllm-v2-1.5b"] == "Efficient-Large-Model/Fast_dLLM_v2_1.5B"
     assert PULLABLE["llada-moe-7b-a1b-base"] == "inclusionAI/LLaDA-MoE-7B-A1B-Base"
+    assert PULLABLE["stable-diffcoder-8b-base"] == "ByteDance-Seed/Stable-DiffCoder-8B-Base"
+    assert PULLABLE["stable-diffcoder-8b-instruct"] == "ByteDance-Seed/Stable-DiffCoder-8B-Instruct"
     d, _ = make_published(tmp_path / "hub", "LLaDA-MoE-7B-A1B-Instruct")
     hub = Hub(d, cut=None, repo="inclusionAI/LLaDA-MoE-7B-A1B-Instruct")
     try:
