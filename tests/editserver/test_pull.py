@@ -173,3 +173,28 @@ def test_pull_llada_moe_asks_for_the_files_its_publisher_lists(tmp_path):
         assert loaded.returncode == 0 and loaded.stdout.strip() == "llada-moe", loaded.stderr
     finally:
         hub.server.shutdown()
+
+
+def test_pull_stable_diffcoder_asks_for_the_listed_files_and_loads(tmp_path):
+    """The Stable-DiffCoder names ask for the listed files the loader reads (docs/open-weights.md),
+    never its modelling code, and the pulled directory loads as its family."""
+    from tests.hf_stable_diffcoder import make_stable_diffcoder
+
+    d, _ = make_stable_diffcoder(tmp_path / "hub", dim=32, layers=1, ffn=48)
+    hub = Hub(d, cut=None, repo="ByteDance-Seed/Stable-DiffCoder-8B-Instruct")
+    try:
+        env = _env(hub, tmp_path / "cache")
+        out = _pull(env, "stable-diffcoder-8b-instruct")
+        assert out.returncode == 0, out.stderr
+        asked = {name for method, name, _ in hub.requests if method == "GET"}
+        assert asked == {p.name for p in d.iterdir()} - {"modeling_stable_diffcoder.py"}
+        code = (
+            "from editserver.model.infer.loader import load_checkpoint as l; "
+            "print(l('stable-diffcoder-8b-instruct').family)"
+        )
+        loaded = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert loaded.returncode == 0 and loaded.stdout.strip() == "stable-diffcoder", loaded.stderr
+    finally:
+        hub.server.shutdown()
