@@ -151,6 +151,13 @@ def test_published_decode_of_a_fim_prompt(sdc, pre):
     _check_steps(e, ref, ctx)
 
 
+def test_bench_takes_its_published_loop():
+    from editserver.bench.fim import parse_decodes
+
+    assert parse_decodes("published,default", "stable-diffcoder") == ("published", "default")
+    assert "no published decoding loop" in parse_decodes("published", "editserver")
+
+
 def test_block_cache_equals_recomputing_everything(sdc):
     """Contexts ending at different places in a block decode on the block cache exactly as on the
     exact reference, token for token; a threshold low enough that steps commit several tokens."""
