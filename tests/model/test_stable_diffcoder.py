@@ -57,8 +57,9 @@ def test_detected_from_the_published_config_not_from_model_type(sdc):
     for mask in (None, 5):  # model_type "llama" alone: a plain Llama, refused as autoregressive
         with pytest.raises(UnsupportedModelError, match="autoregressive"):
             detect(plain, mask)
-    with pytest.raises(UnsupportedModelError, match="MLP biases"):
-        detect({**raw, "mlp_bias": True}, None)
+    for bad in ({"mlp_bias": True}, {"hidden_act": "gelu"}):
+        with pytest.raises(UnsupportedModelError, match="MLP biases or an activation"):
+            detect({**raw, **bad}, None)
 
 
 def test_forward_matches_transformers_llama_under_the_block_mask(sdc):

@@ -73,7 +73,9 @@ SUPPORTED = (
     "Fast-dLLM v2 (architectures Fast_dLLM_QwenForCausalLM or bd_size, block diffusion)",
     "Stable-DiffCoder (architectures StableDiffcoderForCausalLM, block diffusion)",
 )
-MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>", "|<MASK>|", "<[MASK_TOKEN]>")
+# Stable-DiffCoder's <[MASK_TOKEN]> first: a 155K code vocabulary may hold "<mask>" or "[MASK]" as
+# ordinary text pieces, and no other family's tokenizer spells the bracketed form
+MASK_NAMES = ("<[MASK_TOKEN]>", "<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>", "|<MASK>|")
 
 
 class UnsupportedModelError(ValueError):
@@ -287,8 +289,10 @@ def is_stable_diffcoder(cfg: dict) -> bool:
 
 def _stable_diffcoder(cfg: dict, mask_id: int) -> OpenConfig:
     """Stable-DiffCoder: Llama keys, block-causal attention, logits not shifted (module docstring)."""
-    if cfg.get("mlp_bias"):
-        raise UnsupportedModelError("a Stable-DiffCoder config.json with MLP biases is not supported")
+    if cfg.get("mlp_bias") or cfg.get("hidden_act", "silu") != "silu":
+        raise UnsupportedModelError(
+            "a Stable-DiffCoder config.json with MLP biases or an activation other than silu is not supported"
+        )
     base = _qwen2(cfg, "stable-diffcoder", mask_id)
     return replace(
         base,
