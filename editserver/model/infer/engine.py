@@ -135,11 +135,13 @@ class Engine:
     def use_prefix_cache(self, mb: float | None, suffix: bool = False) -> None:
         """Keep up to ``mb`` MiB of recent contexts' keys/values for later requests to reuse
         (model/infer/prefix.py); 0 turns reuse off, None takes the family's default
-        (``prefix.DEFAULT_MB``); ``suffix`` reuses the text after a change too. Reused keys/values
-        are approximate for these bidirectional models, so each default follows ``editserver bench
-        keystrokes`` (docs/experiments.md)."""
+        (``prefix.DEFAULT_MB``); ``suffix`` reuses the text after a change too (not for block
+        families, where nothing after a change is reusable). Reused keys/values are approximate for
+        bidirectional models, so each default follows ``editserver bench keystrokes``
+        (docs/experiments.md); for block-diffusion models they are exact and reuse is on."""
         if mb is None:
-            mb = DEFAULT_MB.get(self.family, DEFAULT_MB["open"])
+            exact = getattr(self.cache, "exact", False) and self.block_size  # block diffusion's reuse is exact
+            mb = DEFAULT_MB.get(self.family, DEFAULT_MB["block" if exact else "open"])
         if mb < 0:
             raise ValueError(f"prefix cache size must be at least 0 MiB, got {mb}")
         self.prefix = PrefixStore(int(mb * 2**20), suffix=suffix) if mb > 0 else None
