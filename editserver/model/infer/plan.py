@@ -88,7 +88,8 @@ PUBLISHED = {
 # a block family's rule at block size b: SDAR/TraDo README, threshold 0.9 and b steps a block
 # Fast-dLLM v2: 8-token sub-blocks at threshold 0.9 (v2/eval.py and run_chatbot.py, NVlabs/Fast-dLLM)
 # Stable-DiffCoder: generate_block's threshold branch at its default 0.95 (every masked position at or
-# above it, at least the most confident one: BlockSchedule with one token owed per step, b steps a block)
+# above it, at least the most confident one: BlockSchedule with one token owed per step, b steps a
+# block); the default is read in a public copy of modeling_stable_diffcoder.py (docs/open-weights.md)
 BLOCK_RULES = {
     "sdar": lambda b: BlockSchedule(0.9, b),
     "fast-dllm-v2": lambda b: SubBlockThreshold(0.9, 8),

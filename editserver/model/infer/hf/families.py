@@ -44,15 +44,17 @@ What was checked against the published files (2026-12-02, read through the searc
   block's last position). Recognised by its architectures (``Fast_dLLM_QwenForCausalLM``), an
   auto_map naming Fast_dLLM, or ``bd_size``: never by model_type alone, which third-party copies
   spell ``Fast_dLLM_Qwen`` and a converted directory may leave at ``qwen2``.
-- Stable-DiffCoder-8B Base / Instruct (HF ByteDance-Seed/Stable-DiffCoder-8B-{Base,Instruct}
-  ``config.json`` and ``modeling_stable_diffcoder.py``; docs/open-weights.md): Seed-Coder's Llama
+- Stable-DiffCoder-8B Base / Instruct (the Base's ``config.json`` in a duplicate of the publisher's
+  repository and the publisher's commit 4656ed0; ``modeling_stable_diffcoder.py`` @658a484 of
+  ByteDance-Seed/Stable-DiffCoder-8B-Instruct; sources in docs/open-weights.md): Seed-Coder's Llama
   layout (model_type "llama", no q/k/v bias, no QK norm, untied head, rope_theta 500000, 8,192
-  positions), architectures ["StableDiffcoderForCausalLM"] (the transformers-4.46 revision:
-  ``SeedDiffcoderForCausalLM`` through its auto_map; one Base revision names it only in auto_map).
-  Recognised by those class names, never by model_type "llama", which every Llama says. Neither a
-  block nor a mask id is in the config: the block is ``generate_block``'s default 4 and the mask the
-  tokenizer's ``<[MASK_TOKEN]>``, else 5 (that default's id). Logits are not shifted (``shift=False``
-  in the publisher's call).
+  positions), architectures ["StableDiffcoderForCausalLM"], one Base revision naming it only in its
+  auto_map; the transformers-4.46 revision's class is ``SeedDiffcoderForCausalLM`` (its config's
+  architectures unchecked). Recognised by those class names, never by model_type "llama", which every
+  Llama says. Neither a block nor a mask id is in the config: the block is ``generate_block``'s default
+  4 and the mask the tokenizer's ``<[MASK_TOKEN]>``, else 5, that default's id (both defaults read in a
+  public copy of the file, unchecked in the publisher's own). Logits are not shifted (``shift=False``
+  in the README's call, ByteDance-Seed/Stable-DiffCoder @ece1ffb).
 """
 
 from __future__ import annotations
