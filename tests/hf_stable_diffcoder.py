@@ -9,8 +9,9 @@ one ``model.safetensors``, as transformers saves a small model); ``special_token
 ``tokenizer.json`` and ``tokenizer_config.json``. The weights are a random ``LlamaForCausalLM`` saved by
 transformers: Stable-DiffCoder's class subclasses it, so its keys are Llama's.
 
-Unchecked (no publisher's tokenizer file was readable): the special tokens' spellings other than
-``<[MASK_TOKEN]>`` at 5 and the FIM tags, the ids of the FIM tags and of a pad token, and the chat
+Unchecked (no publisher's tokenizer file was readable): the special tokens' spellings (Seed-Coder's as
+third-party Seed-Coder clients write them; ``<[MASK_TOKEN]>`` at 5 as third-party Stable-DiffCoder
+code does), the ids of the FIM tags and of the pad token, and the chat
 template, which follows Seed-Coder-8B-Instruct's shape as a public copy has it (``bos role\\n content
 eos``, the generation prompt ``bos assistant\\n``). The Instruct's tokenizer_config.json carries the
 template (one line more than the Base's); a Base has none. ``fim=False`` leaves the FIM tags out (the
