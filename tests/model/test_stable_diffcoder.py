@@ -50,6 +50,7 @@ def test_detected_from_the_published_config_not_from_model_type(sdc):
     assert cfg.max_position_embeddings == 8192
     assert e.family == "stable-diffcoder" and e.layout.block == 4 and isinstance(e.cache, BlockCache)
     assert e.tok.mask_id == 5 and e.tok.eot_id == e.tok.eos_id == 2  # <[MASK_TOKEN]>; eos fills
+    assert 2 not in e.suppressed_ids() and 1 in e.suppressed_ids()  # eos written, the pad never
     older = {**raw, "architectures": ["LlamaForCausalLM"]}  # the transformers-4.46 revision
     older["auto_map"] = {"AutoModelForCausalLM": "modeling_seed_diffcoder.SeedDiffcoderForCausalLM"}
     assert detect(older, None).family == "stable-diffcoder"
