@@ -4,8 +4,10 @@ A block's keys/values depend only on it and the blocks before it (block-causal a
 request that shares its first whole blocks with a recent one takes them from the store and computes
 the rest. These tests type a file a few characters at a time through the engine, once with the
 store and once without, and compare every answer; and they check the reused keys/values against a
-fresh pass. Both block families: SDAR (logits not shifted) and Fast-dLLM v2 (shifted, which reads the
-hidden state of the last context position, so its last whole block is always computed).
+fresh pass. The block families: SDAR (logits not shifted) and Fast-dLLM v2 (shifted, which reads the
+hidden state of the last context position, so its last whole block is always computed), and
+Stable-DiffCoder, whose FIM prompt opens with the suffix (SPM order): typing changes only the
+prefix's end, so the suffix's blocks and the prefix's head are shared.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ from editserver.model.infer.engine import Engine, FimRequest, SamplingOptions
 from editserver.model.infer.prefix import DEFAULT_MB, PrefixStore
 from tests.hf_fast_dllm import make_fast_dllm
 from tests.hf_sdar import make_sdar
+from tests.hf_stable_diffcoder import make_stable_diffcoder
 
 FILE_ABOVE = "import os\n\n\ndef walk(root):\n    out = []\n    for name in os.listdir(root):\n"
 LINE = "        out.append(os.path.join(root, name))"
 FILE_BELOW = "\n    return out\n\n\ndef main():\n    print(walk('.'))\n"
 
 
-@pytest.fixture(scope="module", params=["sdar", "fast-dllm-v2"])
+@pytest.fixture(scope="module", params=["sdar", "fast-dllm-v2", "stable-diffcoder"])
 def directory(request, tmp_path_factory):
-    make = make_sdar if request.param == "sdar" else make_fast_dllm
+    make = {"sdar": make_sdar, "fast-dllm-v2": make_fast_dllm}.get(request.param, make_stable_diffcoder)
     d, _ = make(tmp_path_factory.mktemp(request.param))
     return d
 

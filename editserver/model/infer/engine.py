@@ -91,9 +91,9 @@ from editserver.model.infer.layout import layout_for
 from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.loop_types import Hooks, Member, SampleResult, Tokens
 from editserver.model.infer.plan import (
-    BLOCK_RULES,
     DecodePlan,
     block_plan,
+    block_rule,
     plan_for,
     published_plan,
     resolve_effort,
@@ -265,7 +265,7 @@ class Engine:
         edit = self.layout.canvas_edit if kind != "edit" else None  # FIM only: what the family was tuned for
         if getattr(self.layout, "block", 0):  # block diffusion (model/infer/plan.py ``block_plan``)
             cache = self.layout.exact_cache if req.options.published else self.cache
-            rule = BLOCK_RULES[self.family](self.layout.block)
+            rule = block_rule(self.family, self.layout.block, req.options.published)
             return block_plan(
                 self.inference, req.options, kind, cache, self.layout.block, rule, req.options.published
             )
