@@ -45,7 +45,8 @@ python -m editserver.cli bench step --shape fast-dllm-v2-7b --batches 1,16 --can
 python -m editserver.cli bench step --shape sdar-8b --batches 1,16 --canvas 16 --context 512 \
   --reuse off,on --repeat 3 --dtype bfloat16 --bandwidth-mib 4096 \
   --json "$OUT/step-sdar-8b.json" 2>&1 | tee "$OUT/step-sdar-8b.txt"
-# Stable-DiffCoder-8B (Seed-Coder-8B's Llama shape, vocabulary 155,136, rope 5e5, 4-token blocks):
+# Stable-DiffCoder-8B (Seed-Coder-8B's Llama shape, vocabulary 155,136, rope 5e5, 4-token blocks, its
+# BlockSchedule(0.95, 4), the suffix-prefix-middle prompt, so a typed token ends the prompt):
 python -m editserver.cli bench step --shape stable-diffcoder-8b --batches 1,16 --canvas 16 --context 512 \
   --reuse off,on --repeat 3 --dtype bfloat16 --bandwidth-mib 4096 \
   --json "$OUT/step-stable-diffcoder-8b.json" 2>&1 | tee "$OUT/step-stable-diffcoder-8b.txt"

@@ -11,10 +11,12 @@ Design decisions:
   one token per step (``BlockSchedule(0.9, 4)`` owes 1 of a 4-token block per step;
   ``SubBlockThreshold`` commits its sub-block's best), as ``TopKRule(1)`` does for the in-place shapes:
   ms per step compares across the two kinds.
-- A block family takes no suffix: its FIM goes through the chat template, which holds the whole file
-  (model/infer/layout.py ``BlockLayout``). So a block shape's context is prefix, typed tokens, then
-  suffix, the same file text an in-place shape reads; a typed token sits before the suffix, so
-  reusing the head of the file recomputes the suffix after the cursor, as it does when serving.
+- A block family takes no suffix rows: its FIM prompt holds the whole file, so a block shape's
+  context is the same file text an in-place shape reads, in its layout's order
+  (model/infer/layout.py): the chat template's (``BlockLayout``: SDAR, Fast-dLLM v2) is prefix,
+  typed tokens, then suffix, so reusing the head of the file recomputes the suffix after the
+  cursor, as it does when serving; Stable-DiffCoder's suffix-prefix-middle (``SpmBlockLayout``) is
+  suffix, prefix, typed tokens, so a typed token is the prompt's end.
 - ``--reuse on`` passes the prefix store to the block cache as to the dual cache (the cache's
   ``store`` field); a block cache that does not read its store yet times as ``off``.
 - Sources of the sizes (config.json fields; "unchecked": not read from the published file here):
@@ -27,10 +29,11 @@ Design decisions:
   28 layers, 16/8 heads, head_dim 128, ffn 6144, vocab 151936, rope 1e6) and Qwen3-8B (hidden 4096,
   36 layers, 32/8 heads, head_dim 128, ffn 12288, vocab 151936) for SDAR-1.7B-Chat / SDAR-8B-Chat,
   block 4, head untied as SDAR-4B-Chat's published config (tests/hf_sdar.py; the 1.7B's and 8B's
-  own configs unchecked); Stable-DiffCoder-8B as Seed-Coder-8B's Llama shape (hidden 4096,
-  32 layers, 32/8 heads, head_dim 128, ffn 14336, vocab 155136, rope 5e5, no bias, not shifted),
-  block 4, untied; its rule here is SDAR's ``BlockSchedule(0.9, 4)`` (unchecked: its own decoder's
-  settings were not read; the step cost does not depend on the rule while one token commits a step).
+  own configs unchecked); Stable-DiffCoder-8B from its Base config.json as docs/open-weights.md
+  quotes it (hidden 4096, 32 layers, 32/8 heads, head_dim 128, ffn 14336, vocab 155136, rope 5e5,
+  no bias, untied), not shifted, block 4, its family's rule (``BLOCK_RULES``).
+- Every shape's parameter count is checked against its base model's published total
+  (tests/editserver/test_bench_step.py).
 """
 
 from __future__ import annotations
@@ -55,18 +58,21 @@ class BlockShape:
     tie: bool = False
     shift: bool = False
     rope_theta: float = 1e6
+    spm: bool = False  # suffix-prefix-middle prompt (Stable-DiffCoder), else the chat template's order
 
 
-def _sdar_rule(b: int):
-    from editserver.model.infer.plan import BLOCK_RULES
+def _rule(family: str) -> Callable:
+    """Block size -> ``family``'s per-block rule, read when a decode starts (model/infer/plan.py)."""
 
-    return BLOCK_RULES["sdar"](b)
+    def rule(b: int):
+        from editserver.model.infer.plan import BLOCK_RULES
+
+        return BLOCK_RULES[family](b)
+
+    return rule
 
 
-def _fast_rule(b: int):
-    from editserver.model.infer.plan import BLOCK_RULES
-
-    return BLOCK_RULES["fast-dllm-v2"](b)
+_sdar_rule, _fast_rule = _rule("sdar"), _rule("fast-dllm-v2")
 
 
 _QWEN25_7B = OpShapes(3584, 28, 4, 128, 18944, 152_064, 28)
@@ -79,7 +85,11 @@ BLOCK_SHAPES = {
     "sdar-1.7b": BlockShape(OpShapes(2048, 16, 8, 128, 6144, 151_936, 28), "sdar", 4, _sdar_rule, qk_norm=True),
     "sdar-8b": BlockShape(OpShapes(4096, 32, 8, 128, 12288, 151_936, 36), "sdar", 4, _sdar_rule, qk_norm=True),
     "stable-diffcoder-8b": BlockShape(
-        OpShapes(4096, 32, 8, 128, 14336, 155_136, 32), "stable-diffcoder", 4, _sdar_rule, rope_theta=5e5
+        OpShapes(4096, 32, 8, 128, 14336, 155_136, 32), "stable-diffcoder", 4, _rule("stable-diffcoder"),
+        rope_theta=5e5, spm=True,
+    ),
+    "tiny-spm-block": BlockShape(
+        OpShapes(64, 4, 2, 16, 128, 512, 2), "stable-diffcoder", 4, _rule("stable-diffcoder"), spm=True
     ),
     # a tiny block shape for tests: SDAR's options at block 4
     "tiny-block": BlockShape(OpShapes(64, 4, 2, 16, 128, 512, 2), "sdar", 4, _sdar_rule, qk_norm=True),
@@ -115,10 +125,12 @@ def decode_ms(
     canvas: int | None = None,
     typed: int = 0,
     rule=None,
+    spm: bool = False,
 ) -> tuple[float, int]:
     """(wall ms, steps) of one decode of ``batch`` rows of ``canvas`` tokens (default ``args.canvas``),
     the context's prefill included, whose prefix ends in ``typed`` more tokens; block shapes on the
-    block cache with ``rule`` (module docstring), the others in place on the dual cache."""
+    block cache with ``rule`` (suffix first with ``spm``; module docstring), the others in place on
+    the dual cache."""
     import torch
 
     from editserver.model.infer.block_cache import BlockCache
@@ -135,7 +147,7 @@ def decode_ms(
     pre = torch.cat([pre, torch.arange(typed).expand(batch, typed) % (V - 2)], dim=1)  # [B, P]
     canvas = canvas or args.canvas
     if b:  # the whole file in the prompt, the canvas on the block grid
-        ctx = torch.cat([pre, suf], dim=1).to(device)  # [B, P + S]
+        ctx = torch.cat([suf, pre] if spm else [pre, suf], dim=1).to(device)  # [B, P + S]
         rows = Rows(ctx, torch.full((batch,), ctx.shape[1], device=device))
         plan = DecodePlan("line", "bench", rule or TopKRule(1), b, BlockCache(store=store), fixed_canvas=True)
         lead = ctx.shape[1] % b

@@ -193,7 +193,7 @@ def expert_line(e: dict) -> str:
     )
 
 
-def _timed(models, batch: int, args, device: str, variants, stores, rules) -> dict:
+def _timed(models, batch: int, args, device: str, variants, stores, specs) -> dict:
     """Per variant: [ms/step over the decode], [ms of a one-step decode: the forward over the whole
     context], [ms/step of the steps after it], [ms of a one-line answer]; rounds interleaved, the
     first one a warm-up. Each decode follows the one before it on its store by one typed token."""
@@ -203,12 +203,13 @@ def _timed(models, batch: int, args, device: str, variants, stores, rules) -> di
     for r in range(args.repeat + 1):  # the first round warms up (compilation, caches)
         for v in variants if r % 2 == 0 else variants[::-1]:
             ops.set_backend(v[1])
-            model, store, rule = models[v[0], v[2]], stores[v], rules[v[0]]
-            ms, steps = decode_ms(model, batch, args, device, store, typed=3 * r, rule=rule)
-            first, _ = decode_ms(model, batch, args, device, store, canvas=1, typed=3 * r + 1, rule=rule)
+            model, store, spec = models[v[0], v[2]], stores[v], specs[v[0]]
+            kw = {"rule": spec.rule(spec.block), "spm": spec.spm} if spec else {}
+            ms, steps = decode_ms(model, batch, args, device, store, typed=3 * r, **kw)
+            first, _ = decode_ms(model, batch, args, device, store, canvas=1, typed=3 * r + 1, **kw)
             answer = 0.0
             if args.answer:
-                answer, _ = decode_ms(model, batch, args, device, store, args.answer, 3 * r + 2, rule)
+                answer, _ = decode_ms(model, batch, args, device, store, args.answer, 3 * r + 2, **kw)
             if r:
                 times[v][0].append(ms / steps)
                 times[v][1].append(first)
@@ -219,7 +220,7 @@ def _timed(models, batch: int, args, device: str, variants, stores, rules) -> di
 
 
 def _build(name: str, args, device: str, dtype, quants: list[str]) -> tuple[dict, object, dict | None]:
-    """({quant: model}, the block rule or None, what a step reads of the experts or None) of a shape."""
+    """({quant: model}, its block shape or None, what a step reads of the experts or None) of a shape."""
     from editserver.model.infer.quant import quantize
 
     spec = BLOCK_SHAPES.get(name)
@@ -233,8 +234,7 @@ def _build(name: str, args, device: str, dtype, quants: list[str]) -> tuple[dict
         else (lambda: _model(shape, device, dtype, moe))
     )
     models = {q: quantize(make(), q) for q in quants}
-    rule = spec.rule(spec.block) if spec else None
-    return models, rule, expert_reads(models[quants[0]], args.canvas) if moe is not None else None
+    return models, spec, expert_reads(models[quants[0]], args.canvas) if moe is not None else None
 
 
 def _answer_lines(out: dict, args, shapes: list[str], variants, names, reuse: list[str]) -> list[str]:
@@ -282,10 +282,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
     quants = [q for q in args.quantize.split(",") if q]
     multi = len(shapes) > 1
-    models, rules, experts = {}, {}, {}
+    models, specs, experts = {}, {}, {}
     try:
         for s in shapes:
-            built, rules[s], experts[s] = _build(s, args, device, dtype, quants)
+            built, specs[s], experts[s] = _build(s, args, device, dtype, quants)
             models.update({(s, q): m for q, m in built.items()})
     except ValueError as e:
         print(f"editserver bench step: error: {e}", file=sys.stderr)
@@ -320,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
     for key in ("first_ms", "later_ms", "answer_ms"):
         out[key] = {}
     for batch in [int(x) for x in args.batches.split(",") if x]:
-        times = _timed(models, batch, args, device, variants, stores, rules)
+        times = _timed(models, batch, args, device, variants, stores, specs)
         for key, i in (("rows", 0), ("first_ms", 1), ("later_ms", 2), ("answer_ms", 3)):
             out[key][batch] = {names[v]: round(statistics.median(t[i]), 3) for v, t in times.items()}
         for v in variants:

@@ -64,20 +64,29 @@ def test_bench_step_interleaves_shapes_and_times_a_block_models_one_line_answer(
     variant ms/step and the one-line answer's ms, and the summary the goal figure reads (its p50 at
     the smallest batch, reuse on, per shape)."""
     out = tmp_path / "step.json"
-    cmd = [sys.executable, "-m", "editserver.cli", "bench", "step", "--shape", "tiny,tiny-block"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "editserver.cli",
+        "bench",
+        "step",
+        "--shape",
+        "tiny,tiny-block,tiny-spm-block",
+    ]
     cmd += ["--batches", "1,2", "--context", "37", "--suffix", "8", "--canvas", "6", "--answer", "8"]
     cmd += ["--repeat", "1", "--device", "cpu", "--reuse", "off,on", "--bandwidth-mib", "16"]
     r = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
-    names = {f"{s}/torch/{u}" for s in ("tiny", "tiny-block") for u in ("off", "on")}
-    assert res["shapes"] == ["tiny", "tiny-block"]
+    shapes = ["tiny", "tiny-block", "tiny-spm-block"]
+    names = {f"{s}/torch/{u}" for s in shapes for u in ("off", "on")}
+    assert res["shapes"] == shapes
     for key in ("rows", "first_ms", "later_ms", "answer_ms"):
         assert set(res[key]) == {"1", "2"} and all(set(v) == names for v in res[key].values())
     assert all(ms > 0 for v in res["answer_ms"].values() for ms in v.values())
     answer = res["answer"]
     assert (answer["batch"], answer["reuse"], answer["tokens"]) == (1, "on", 8)
-    assert set(answer["p50_ms"]) == {"tiny", "tiny-block"}
+    assert set(answer["p50_ms"]) == set(shapes)
     assert answer["p50_ms"]["tiny-block"]["torch"] == res["answer_ms"]["1"]["tiny-block/torch/on"]
     assert "one-line answer" in r.stdout and "block 4, block cache" in r.stdout
     bad = subprocess.run(
@@ -106,3 +115,28 @@ def test_block_shapes_have_the_published_parameter_counts() -> None:
         model = block_model(spec, spec.ops, "meta", torch.float32)
         assert model.num_parameters() == n, name
         assert model.cfg.block_size == (32 if name.startswith("fast") else 4)
+
+
+@pytest.mark.parametrize("name", ["tiny-block", "tiny-spm-block"])
+def test_a_block_shapes_typed_decode_reuses_the_head_of_the_file(name) -> None:
+    """On the prefix store, each decode one typed token after the one before reuses the context's
+    whole blocks up to the cursor: in the chat order (prefix, typed, suffix) the suffix after it is
+    recomputed, in SPM order (suffix, prefix, typed) only the block the typed token lands in."""
+    import types
+
+    import torch
+
+    from editserver.bench._step_shapes import BLOCK_SHAPES, block_model, decode_ms
+    from editserver.model.infer.prefix import PrefixStore
+
+    spec = BLOCK_SHAPES[name]
+    model = block_model(spec, spec.ops, "cpu", torch.float32)
+    store = PrefixStore(2**30)
+    args = types.SimpleNamespace(context=301, suffix=40, canvas=6)
+    for typed in range(3):
+        was = store.reused_tokens
+        _, steps = decode_ms(model, 1, args, "cpu", store, 8, typed, spec.rule(spec.block), spec.spm)
+        assert steps == 8  # one token a step: random weights pass no threshold
+    reused = store.reused_tokens - was  # the third decode's
+    head = 300 if not spec.spm else 40 + 300  # whole blocks before the cursor's block (block 4)
+    assert reused == head
