@@ -76,8 +76,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--layers", type=int, default=None, help="build only this many layers (memory)")
     p.add_argument("--batches", default="1,16", help="batch sizes, comma-separated (default 1,16)")
-    p.add_argument("--context", type=int, default=512, help="prefix tokens per row (default 512)")
-    p.add_argument("--suffix", type=int, default=64, help="suffix tokens per row (default 64)")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=512,
+        help="prefix tokens per row: the file before the cursor (default 512)",
+    )
+    p.add_argument(
+        "--suffix", type=int, default=64, help="suffix tokens per row: the file after it (default 64)"
+    )
     p.add_argument("--canvas", type=int, default=32, help="canvas tokens: steps per decode (default 32)")
     p.add_argument(
         "--answer",
@@ -90,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--device", default="auto", help="auto (cuda if present) | cpu | cuda")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--repeat", type=int, default=3, help="timed decodes per backend and batch (default 3)")
+    p.add_argument("--repeat", type=int, default=3, help="timed rounds per variant and batch (default 3)")
     p.add_argument(
         "--quantize", default="none", help="weights to compare: none,int8,packed,w8a8 (default none)"
     )
