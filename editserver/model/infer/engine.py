@@ -91,6 +91,7 @@ from editserver.model.infer.layout import layout_for
 from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.loop_types import Hooks, Member, SampleResult, Tokens
 from editserver.model.infer.plan import (
+    BLOCK_EDITS,
     BLOCK_RULES,
     DecodePlan,
     block_plan,
@@ -262,8 +263,16 @@ class Engine:
         if getattr(self.layout, "block", 0):  # block diffusion (model/infer/plan.py ``block_plan``)
             cache = self.layout.exact_cache if req.options.published else self.cache
             rule = BLOCK_RULES[self.family](self.layout.block)
+            revise = BLOCK_EDITS.get(self.family)  # LLaDA2.1's token editing (model/infer/token_edit.py)
             return block_plan(
-                self.inference, req.options, kind, cache, self.layout.block, rule, req.options.published
+                self.inference,
+                req.options,
+                kind,
+                cache,
+                self.layout.block,
+                rule,
+                req.options.published,
+                revise,
             )
         if req.options.published:
             return published_plan(self.family, req.options, kind, self.layout.exact_cache, edit)

@@ -21,6 +21,8 @@ Design decisions:
   ``threshold`` overrides the family's) on the block
   cache (model/infer/block_cache.py); its published plan is the same rule at the publisher's
   threshold on the exact cache. Its canvas never takes extra one-line canvases or step budgets.
+  LLaDA2.1 adds token editing (``revise``, model/infer/token_edit.py) to both: a step may rewrite
+  tokens already written in its block, and a full block takes steps while they edit.
 - One-line FIM requests (their stops include a newline) are a kind of their own ("line"): they get the
   effort's step budget (``line_steps``) and the checkpoint's ``line_canvases``, decoded as extra rows
   whose likeliest answer wins (model/infer/engine.py). Measured on the shipped checkpoint:
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from editserver.model.infer.cache import CachePolicy
 from editserver.model.infer.canvas_edit import ExpandDelete
 from editserver.model.infer.config import EffortPreset, InferenceConfig
+from editserver.model.infer.token_edit import TokenEdit
 from editserver.model.infer.unmasking import (
     BlockSchedule,
     JointRule,
@@ -71,6 +74,7 @@ class DecodePlan:
     line_canvases: tuple[int, ...] = ()
     fixed_canvas: bool = False  # the whole canvas from the first step (a published loop's), never grown
     edit: ExpandDelete | None = None  # the canvas reshaped between steps (model/infer/canvas_edit.py)
+    revise: TokenEdit | None = None  # written tokens of the block rewritten too (model/infer/token_edit.py)
 
 
 # an open family's published loop: (order by entropy, block size); model/infer/unmasking.py PublishedRule
@@ -86,7 +90,17 @@ PUBLISHED = {
 }
 # a block family's rule at block size b: SDAR/TraDo README, threshold 0.9 and b steps a block
 # Fast-dLLM v2: 8-token sub-blocks at threshold 0.9 (v2/eval.py and run_chatbot.py, NVlabs/Fast-dLLM)
-BLOCK_RULES = {"sdar": lambda b: BlockSchedule(0.9, b), "fast-dllm-v2": lambda b: SubBlockThreshold(0.9, 8)}
+# LLaDA2.0: dFactory's ``generate`` defaults, threshold 0.95 and 32 steps a block whatever the block
+# (inclusionAI/dFactory @92b6890 models/llada2_moe/modeling_llada2_moe.py); LLaDA2.1: threshold 0.7
+# with token editing at 0.5 for at most 16 steps past a full block (the diffusers LLaDA2Pipeline
+# documentation, third-party: unchecked against the publisher's own 2.1 files)
+BLOCK_RULES = {
+    "sdar": lambda b: BlockSchedule(0.9, b),
+    "fast-dllm-v2": lambda b: SubBlockThreshold(0.9, 8),
+    "llada2": lambda b: BlockSchedule(0.95, 32),
+    "llada2.1": lambda b: BlockSchedule(0.7, 32),
+}
+BLOCK_EDITS = {"llada2.1": TokenEdit(0.5, 16)}  # a family's token editing (model/infer/token_edit.py)
 WHOLE = 1 << 20  # a block as wide as any canvas: an edited canvas is one block
 
 
@@ -111,8 +125,10 @@ def block_plan(
     block: int,
     rule: BlockSchedule | SubBlockThreshold,
     published: bool = False,
+    revise: TokenEdit | None = None,
 ) -> DecodePlan:
-    """The plan of a block-diffusion family (module docstring): ``rule`` on ``block``-token blocks."""
+    """The plan of a block-diffusion family (module docstring): ``rule`` on ``block``-token blocks,
+    with the family's token editing (``revise``) if it has one."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if options.block_size is not None and options.block_size != block:
@@ -124,7 +140,7 @@ def block_plan(
         rule = dataclasses.replace(rule, threshold=options.threshold)
     sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
     # the whole canvas from the first step: later blocks never reach earlier ones, so width costs nothing
-    return DecodePlan(kind, effort, rule, block, cache, sampling, (), True)
+    return DecodePlan(kind, effort, rule, block, cache, sampling, (), True, revise=revise)
 
 
 def resolve_effort(inference: InferenceConfig, effort: str | None, kind: str) -> str:
