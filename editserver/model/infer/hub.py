@@ -33,6 +33,9 @@ PULLABLE = {
     # Fast-dLLM v2 (NVlabs/Fast-dLLM v2/README.md: the 7B badge and the 1.5B row)
     "fast-dllm-v2-1.5b": "Efficient-Large-Model/Fast_dLLM_v2_1.5B",
     "fast-dllm-v2-7b": "Efficient-Large-Model/Fast_dLLM_v2_7B",
+    # LLaDA2 (inclusionAI/LLaDA2.0 @3df907b README.md, "Model Variants"); 2.1 edits written tokens
+    "llada2.0-mini": "inclusionAI/LLaDA2.0-mini",
+    "llada2.1-mini": "inclusionAI/LLaDA2.1-mini",
 }
 # besides config.json and the weights; each may be absent from a repository
 OPTIONAL = (

@@ -44,6 +44,7 @@ What was checked against the published files (2026-12-02, read through the searc
   block's last position). Recognised by its architectures (``Fast_dLLM_QwenForCausalLM``), an
   auto_map naming Fast_dLLM, or ``bd_size``: never by model_type alone, which third-party copies
   spell ``Fast_dLLM_Qwen`` and a converted directory may leave at ``qwen2``.
+- LLaDA2.0 / LLaDA2.1: model/infer/hf/llada2.py (its sources there); by ``LLaDA2MoeModelLM``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from editserver.model.infer.hf import unserved
+from editserver.model.infer.hf import llada2, unserved
 from editserver.model.infer.hf.moe import MoeSpec, Softmax
 
 SUPPORTED = (
@@ -62,6 +63,7 @@ SUPPORTED = (
     "LLaDA-MoE-7B-A1B Base/Instruct (architectures LLaDAMoEModelLM)",
     "SDAR / TraDo (model_type 'sdar', block diffusion)",
     "Fast-dLLM v2 (architectures Fast_dLLM_QwenForCausalLM or bd_size, block diffusion)",
+    "LLaDA2.0 / LLaDA2.1 (architectures LLaDA2MoeModelLM, block diffusion, mixture of experts)",
 )
 MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>", "|<MASK>|")
 
@@ -96,6 +98,7 @@ class OpenConfig:
     # > 0: block-causal attention, bidirectional inside each ``block_size`` block of absolute positions
     # and causal across blocks (block diffusion: SDAR); 0: full attention
     block_size: int = 0
+    rotary_dim: int = 0  # dims of each head the rotary turns, the first ones (LLaDA2: half); 0: all
 
 
 def _rope_theta(cfg: dict, default: float) -> float:
@@ -232,7 +235,7 @@ def block_size_of(raw: dict, name: str = "", override: int | None = None) -> int
     m = re.search(r"-b(8|16|32|64)(?:$|[-_./])", name)
     if m:
         return int(m.group(1))
-    default = FAST_DLLM_BLOCK if is_fast_dllm(raw) else SDAR_BLOCK
+    default = FAST_DLLM_BLOCK if is_fast_dllm(raw) else llada2.BLOCK if llada2.is_llada2(raw) else SDAR_BLOCK
     return int(raw.get("block_size") or raw.get("bd_size") or default)
 
 
@@ -294,6 +297,11 @@ def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
             "mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else FAST_DLLM_MASK
         )
         return _fast_dllm(cfg, int(mask))
+    if llada2.is_llada2(cfg):  # model/infer/hf/llada2.py; the mask is not in its config
+        if (why := llada2.refusal(cfg)) is not None:
+            raise UnsupportedModelError(why)
+        mask = cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else llada2.MASK)
+        return OpenConfig(**llada2.fields(cfg, int(mask)), rope_theta=_rope_theta(cfg, 10000.0))
     refuse_unserved(cfg)
     if mtype in ("qwen2", "llama", "mistral", "qwen3", "gpt2") or any("CausalLM" in a for a in archs):
         if mtype == "qwen2" and (tokenizer_mask_id is not None or cfg.get("mask_token_id") is not None):
@@ -368,4 +376,18 @@ def llada_moe_name(name: str) -> str | None:
 
 
 def renamer(family: str) -> Callable[[str], str | None]:
-    return {"llada": llada_name, "llada-moe": llada_moe_name}.get(family, qwen2_name)
+    named = {
+        "llada": llada_name,
+        "llada-moe": llada_moe_name,
+        "llada2": llada2.rename,
+        "llada2.1": llada2.rename,
+    }
+    return named.get(family, qwen2_name)
+
+
+def splitter(cfg: OpenConfig) -> Callable[[str], list[tuple[str, slice | None]]]:
+    """Our tensor name -> the parameters it fills, with the rows each takes (None: all of it): a
+    fused q/k/v weight (LLaDA2) fills three; every other tensor, itself."""
+    if cfg.family in llada2.FAMILIES:
+        return llada2.split(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+    return lambda name: [(name, None)]

@@ -27,12 +27,6 @@ class Unserved:
 
 UNSERVED = (
     Unserved(
-        "LLaDA2.0 / LLaDA2.1",
-        "a block-diffusion mixture-of-experts model (256 experts, 8 per token, 32-token blocks)",
-        archs=("LLaDA2MoeModelLM", "LLaDA2MoeModel"),
-        model_types=("llada2_moe", "llada21_moe"),
-    ),
-    Unserved(
         "Stable-DiffCoder",
         "a block-diffusion code model on Seed-Coder's Llama layout (4-token blocks)",
         archs=("StableDiffcoderForCausalLM", "SeedDiffcoderForCausalLM"),
