@@ -321,15 +321,16 @@ DECODES = ("default", "published", "fixed")
 
 def parse_decodes(text: str, family: str) -> tuple[str, ...] | str:
     """The ``--decode`` list in its given order, or the one-line error a user sees."""
-    from editserver.model.infer.plan import PUBLISHED
+    from editserver.model.infer.plan import BLOCK_RULES, PUBLISHED
 
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     bad = [n for n in names if n not in DECODES]
     if bad or not names:
         return f"--decode takes {', '.join(DECODES)} (comma-separated), got {text!r}"
-    if "published" in names and family not in PUBLISHED:
+    known = {*PUBLISHED, *BLOCK_RULES}  # block families: their published rule (plan.py ``block_rule``)
+    if "published" in names and family not in known:
         return f"--decode published: no published decoding loop for the {family} family; families: " + (
-            ", ".join(sorted(PUBLISHED))
+            ", ".join(sorted(known))
         )
     return names
 

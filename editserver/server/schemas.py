@@ -255,7 +255,8 @@ class SuggestionInfo(BaseModel):
     fim_route: str | None = Field(
         None,
         description="how a FIM request reached the model: fim-tokens (ours), in-place (prefix, canvas, "
-        "suffix) or chat (the chat template: families with no FIM training, such as SDAR); None for edits",
+        "suffix), chat (the chat template: families with no FIM training, such as SDAR) or fim (a block "
+        "family's own FIM tokens before the canvas: Stable-DiffCoder); None for edits",
     )
 
 
@@ -313,10 +314,10 @@ class ModelCard(BaseModel):
     dtype: str = Field("float32", description="the weights' serving dtype")
     window: int = Field(0, description="prompt tokens the model actually reads (over-window input is cut)")
     block_size: int | None = Field(
-        None, description="a block-diffusion model's block in use (SDAR); None otherwise"
+        None, description="a block-diffusion model's block in use (SDAR, Stable-DiffCoder); None otherwise"
     )
     fim_route: str = Field(
-        "fim-tokens", description="how FIM requests reach the model: fim-tokens, in-place or chat"
+        "fim-tokens", description="how FIM requests reach the model: fim-tokens, in-place, chat or fim"
     )
     thresholds: dict[str, float] = Field(
         default_factory=dict,

@@ -141,7 +141,7 @@ class Settings:
     )
     block_size: int | None = opt(
         None,
-        "a block-diffusion model's block (SDAR/TraDo): overrides its repository name's -bN and its "
+        "a block-diffusion model's block (SDAR/TraDo, Fast-dLLM v2, Stable-DiffCoder): overrides its repository name's -bN and its "
         "config.json's block_size (default 4)",
         metavar="N",
         group=MODEL,

@@ -155,6 +155,8 @@ def test_pull_llada_moe_asks_for_the_files_its_publisher_lists(tmp_path):
     assert PULLABLE["fast-dllm-v2-7b"] == "Efficient-Large-Model/Fast_dLLM_v2_7B"
     assert PULLABLE["fast-dllm-v2-1.5b"] == "Efficient-Large-Model/Fast_dLLM_v2_1.5B"
     assert PULLABLE["llada-moe-7b-a1b-base"] == "inclusionAI/LLaDA-MoE-7B-A1B-Base"
+    assert PULLABLE["stable-diffcoder-8b-base"] == "ByteDance-Seed/Stable-DiffCoder-8B-Base"
+    assert PULLABLE["stable-diffcoder-8b-instruct"] == "ByteDance-Seed/Stable-DiffCoder-8B-Instruct"
     d, _ = make_published(tmp_path / "hub", "LLaDA-MoE-7B-A1B-Instruct")
     hub = Hub(d, cut=None, repo="inclusionAI/LLaDA-MoE-7B-A1B-Instruct")
     try:
@@ -169,5 +171,30 @@ def test_pull_llada_moe_asks_for_the_files_its_publisher_lists(tmp_path):
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
         )
         assert loaded.returncode == 0 and loaded.stdout.strip() == "llada-moe", loaded.stderr
+    finally:
+        hub.server.shutdown()
+
+
+def test_pull_stable_diffcoder_asks_for_the_listed_files_and_loads(tmp_path):
+    """The Stable-DiffCoder names ask for the listed files the loader reads (docs/open-weights.md),
+    never its modelling code, and the pulled directory loads as its family."""
+    from tests.hf_stable_diffcoder import make_stable_diffcoder
+
+    d, _ = make_stable_diffcoder(tmp_path / "hub", dim=32, layers=1, ffn=48)
+    hub = Hub(d, cut=None, repo="ByteDance-Seed/Stable-DiffCoder-8B-Instruct")
+    try:
+        env = _env(hub, tmp_path / "cache")
+        out = _pull(env, "stable-diffcoder-8b-instruct")
+        assert out.returncode == 0, out.stderr
+        asked = {name for method, name, _ in hub.requests if method == "GET"}
+        assert asked == {p.name for p in d.iterdir()} - {"modeling_stable_diffcoder.py"}
+        code = (
+            "from editserver.model.infer.loader import load_checkpoint as l; "
+            "print(l('stable-diffcoder-8b-instruct').family)"
+        )
+        loaded = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert loaded.returncode == 0 and loaded.stdout.strip() == "stable-diffcoder", loaded.stderr
     finally:
         hub.server.shutdown()

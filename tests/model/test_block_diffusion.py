@@ -188,16 +188,17 @@ def test_no_longer_refused():
         pytest.fail(str(err))
 
 
-def assert_served(d, tmp_path, family: str, block: int, *flags: str) -> None:
+def assert_served(d, tmp_path, family: str, block: int, *flags: str, route: str = "chat") -> None:
     """``editserver serve`` on a block-diffusion directory (loopback): /v1/models reports the family,
-    the block in use and the FIM route (the chat template); FIM and next edit answer."""
+    the block in use and the FIM ``route`` (the chat template, or the family's FIM tags); FIM and next
+    edit answer."""
     import httpx
 
     from tests.lsp.conftest import serving
 
     with serving(d, tmp_path / "serve.log", "--dtype", "fp32", *flags) as url:
         card = httpx.get(f"{url}/v1/models").json()["data"][0]
-        assert card["family"] == family and card["block_size"] == block and card["fim_route"] == "chat"
+        assert card["family"] == family and card["block_size"] == block and card["fim_route"] == route
         body = {
             "model": "editserver",
             "prompt": "def add(a, b):\n    return ",
@@ -206,7 +207,7 @@ def assert_served(d, tmp_path, family: str, block: int, *flags: str) -> None:
         }
         r = httpx.post(f"{url}/v1/fim/completions", json=body, timeout=120)
         assert r.status_code == 200, r.text
-        assert r.json()["editserver"]["fim_route"] == "chat" and r.json()["editserver"]["steps"] >= 1
+        assert r.json()["editserver"]["fim_route"] == route and r.json()["editserver"]["steps"] >= 1
         edit = {
             "model": "mercury-edit",
             "messages": [{"role": "user", "content": ZED_PROMPT}],

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from editserver.model.infer.early_stop import outscored
+from editserver.model.infer.early_stop import outscored, stop_hook
 from editserver.model.infer.engine import Engine, FimRequest, SamplingOptions, line_likelihood
 
 EOT, M = 0, 9  # end-of-text and a stand-in for an undecided position's token
@@ -35,6 +35,20 @@ def test_a_row_beaten_by_a_finished_one_ends_and_no_other() -> None:
     ended = torch.zeros(6, dtype=torch.bool)
     out = outscored(canvas, fixed, conf, ended, [[0, 1, 2], [3], [4, 5]], EOT)
     assert out.tolist() == [False, True, False, False, False, False]
+
+
+def test_a_committed_end_of_turn_ends_the_row_once_nothing_before_it_is_open() -> None:
+    """An instruct model's end of turn (8 here) ends its row when it and everything before it are
+    committed (the text is cut there anyway); one behind an open position does not, nor a row
+    without it; no turn ends and no stops: no hook."""
+    done = stop_hook([[], [], []], lambda ids: "x" * len(ids), EOT, None, frozenset({8}))
+    canvas, fixed, conf = _rows(
+        [(5, 0.9), (8, 0.9), None],  # ended: the answer is "5"
+        [(5, 0.9), None, (8, 0.9)],  # an open position before it: not yet
+        [(5, 0.9), (6, 0.9), None],
+    )
+    assert done(canvas, fixed, conf).tolist() == [True, False, False]
+    assert stop_hook([[], []], lambda ids: "", EOT) is None
 
 
 def test_a_committed_end_of_text_finishes_the_row_and_scores_with_its_confidence() -> None:

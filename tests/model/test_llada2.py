@@ -298,3 +298,16 @@ def test_served_over_http_with_its_block_and_fim_route(tmp_path):
     """LLaDA2.1 served: the family, its 32-token block, FIM and next edit over HTTP."""
     d, _, _ = make_llada2(tmp_path / "model", "LLaDA2.1-mini")
     assert_served(d, tmp_path, "llada2.1", 32)
+
+
+def test_typing_with_reuse_answers_as_without_editing_included(tmp_path):
+    """LLaDA2.1 typed a few characters at a time: every answer equal with context reuse on and off
+    (tests/model/test_block_reuse.py's replay); editing touches only the answer's block."""
+    from tests.model.test_block_reuse import _typing
+
+    d, _, _ = make_llada2(tmp_path, "LLaDA2.1-mini")
+    on, off = Engine.load(d), Engine.load(d, prefix_cache_mb=0)
+    assert on.prefix is not None and off.prefix is None
+    with_reuse, without = _typing(on, chars=8), _typing(off, chars=8)
+    assert [t for t, _ in with_reuse] == [t for t, _ in without]
+    assert on.prefix.stats()["hits"] >= len(with_reuse) - 1

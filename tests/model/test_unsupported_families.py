@@ -14,15 +14,6 @@ from editserver.model.infer.hf.families import SUPPORTED, UnsupportedModelError,
 from editserver.model.infer.loader import load_checkpoint
 
 CONFIGS = {
-    "Stable-DiffCoder-8B-Instruct": (
-        {"model_type": "llama", "architectures": ["StableDiffcoderForCausalLM"], "vocab_size": 155136},
-        ["Stable-DiffCoder", "block-diffusion code model"],
-    ),
-    "Stable-DiffCoder-8B-Base@4.46": (  # the older revision: a Llama class, its own code in auto_map
-        {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
-         "auto_map": {"AutoModelForCausalLM": "modeling_seed_diffcoder.SeedDiffcoderForCausalLM"}},
-        ["Stable-DiffCoder", "block-diffusion"],
-    ),
     "WeDLM-8B-Instruct": (
         {"model_type": "wedlm", "architectures": ["WeDLMForCausalLM"], "qk_norm": True},
         ["WeDLM", "causal attention"],
@@ -89,6 +80,22 @@ def test_llada2_is_served_now():
     shape = {"hidden_size": 8, "vocab_size": 9, "num_hidden_layers": 1, "num_attention_heads": 1}
     got = detect({**cfg, **shape, "moe_intermediate_size": 4, "num_experts_per_tok": 2}, None)
     assert (got.family, got.block_size, got.mask_id, got.shift) == ("llada2", 32, 156895, False)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"model_type": "llama", "architectures": ["StableDiffcoderForCausalLM"]},
+        # the transformers-4.46 revision: a Llama class, its own code named in auto_map
+        {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+         "auto_map": {"AutoModelForCausalLM": "modeling_seed_diffcoder.SeedDiffcoderForCausalLM"}},
+    ],
+)  # fmt: skip
+def test_stable_diffcoder_is_served_now(cfg):
+    """The configs once refused here are detected as their family (tests/model/test_stable_diffcoder.py)."""
+    shape = {"hidden_size": 8, "vocab_size": 9, "num_hidden_layers": 1, "num_attention_heads": 1}
+    got = detect({**cfg, **shape, "intermediate_size": 8}, None)
+    assert (got.family, got.block_size, got.mask_id, got.shift) == ("stable-diffcoder", 4, 5, False)
 
 
 def test_serve_says_it_in_one_line_and_exits_2(tmp_path):

@@ -26,6 +26,12 @@ Design decisions:
   entered. So the shift is exact too: ``InPlaceNoCache`` reads the same position.
 - The sequence is the in-place layout's (model/infer/cache.py ``in_place``): context then canvas at
   contiguous positions; block families take no suffix (their FIM goes through the chat template).
+- Across requests (``store``, model/infer/prefix.py ``lookup_blocks``): a context that shares its first
+  whole blocks with a recent one takes those blocks' keys/values and computes only the blocks after
+  them, against the reused ones. Exact by the same argument (nothing after a block reaches it); the
+  arithmetic differs only in rounding (one span against cached keys instead of one pass), and the
+  typing replay's answers are compared with reuse on and off (docs/experiments.md). Rows are then
+  computed one by one; each row's blocks are kept for later requests.
 - The exact reference is ``InPlaceNoCache``: the whole sequence with the block-causal mask each step.
 """
 
@@ -35,7 +41,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from editserver.model.infer.cache import InPlaceState, Rows, in_place
+from editserver.model.infer.cache import InPlaceState, Rows, in_place, stack_rows
+from editserver.model.infer.prefix import PrefixStore
 
 
 @dataclass
@@ -58,9 +65,9 @@ class BlockCache:
     docstring). Exact: equals ``InPlaceNoCache`` token for token (tests/model/test_block_diffusion.py)."""
 
     exact: bool = True
-    # the engine's cross-request prefix store (model/infer/prefix.py); not read yet: each request
-    # runs its own context's blocks, so the policy stays exact
-    store: object | None = field(default=None, compare=False)
+    # recent contexts' whole blocks (model/infer/prefix.py): a request computes only the blocks after
+    # the longest prefix it shares with one of them; still exact (module docstring)
+    store: PrefixStore | None = field(default=None, compare=False)
 
     @torch.no_grad()
     def prepare(self, model: torch.nn.Module, rows: Rows) -> BlockState:
@@ -75,6 +82,9 @@ class BlockCache:
             raise ValueError("a row's canvas must start on its block grid (Member.lead = context % block)")
         A = int(done.max())
         valid = torch.arange(A, device=done.device)[None, :] < done[:, None]  # [B, A]
+        if self.store is not None and A > 0:
+            kv, last = _reused_blocks(model, st.static, done, self.store)
+            return BlockState(st, kv, valid, 0, last)
         w = model.embed_tokens.weight
         last = w.new_zeros((len(done), model.cfg.dim))  # [B, dim]
         if A > 0:
@@ -82,8 +92,7 @@ class BlockCache:
             rows = torch.arange(len(done), device=done.device)
             last = torch.where((done > 0)[:, None], h[rows, (done - 1).clamp_min(0)], last)
         else:
-            empty = w.new_zeros((len(done), model.cfg.n_kv_heads, 0, model.cfg.head_dim))
-            kv = [(empty, empty) for _ in model.layers]
+            kv = _empty(model, len(done))
         return BlockState(st, kv, valid, 0, last)
 
     def _span(self, model, state: BlockState, seq: torch.Tensor, a: int, z: int, keep: list | None):
@@ -116,3 +125,37 @@ class BlockCache:
     def rows(self, state: object, idx: torch.Tensor) -> BlockState:
         assert isinstance(state, BlockState)
         return state.select(idx)
+
+
+def _empty(model, batch: int) -> list:
+    w = model.embed_tokens.weight
+    empty = w.new_zeros((batch, model.cfg.n_kv_heads, 0, model.cfg.head_dim))  # [B, Hkv, 0, D]
+    return [(empty, empty) for _ in model.layers]
+
+
+def _reused_blocks(model, static: torch.Tensor, done: torch.Tensor, store: PrefixStore):
+    """(per-layer (k, v) [B, Hkv, A, D], last hidden states [B, dim]) of each row's context blocks
+    ``static[b, :done[b]]``, computing only the blocks ``store`` lacks, then keeping each row's for
+    later requests (module docstring). A shifted family reads the hidden state of the last context
+    position, which the store does not hold, so its last whole block is always computed."""
+    b, dim = model.cfg.block_size, model.cfg.dim
+    per_row, last = [], static.new_zeros((len(done), dim), dtype=model.embed_tokens.weight.dtype)
+    for r, n in enumerate(done.tolist()):
+        x = static[r, :n]  # [n] whole blocks
+        found = store.lookup_blocks(x, b, n - b if model.cfg.shift else n) if n else None
+        head, kv = 0, _empty(model, 1)
+        if found is not None:
+            entry, head = found
+            kv = [(k[:, :, :head].to(x.device), v[:, :, :head].to(x.device)) for k, v in entry.kv]
+        if head < n:  # the blocks after the shared prefix, against the reused ones
+            pos = torch.arange(head, n, device=x.device)[None]  # [1, n - head]
+            keep: list = []
+            cached = torch.ones((1, head), dtype=torch.bool, device=x.device)
+            fresh = torch.ones_like(pos, dtype=torch.bool)
+            h = model.encode_span(x[None, head:], pos, fresh, kv, cached, keep)  # [1, n - head, dim]
+            kv = [(torch.cat([k, fk], 2), torch.cat([v, fv], 2)) for (k, v), (fk, fv) in zip(kv, keep)]
+            last[r] = h[0, -1]
+        if n:
+            store.put(x, kv)
+        per_row.append(kv)
+    return stack_rows(per_row, int(done.max())), last

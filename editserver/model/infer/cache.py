@@ -123,7 +123,7 @@ class CachePolicy(Protocol):
         ...
 
 
-def _padded(per_row: list[KV], length: int) -> KV:
+def stack_rows(per_row: list[KV], length: int) -> KV:
     """Rows' per-layer (k, v) [1, Hkv, L_b, D] stacked into [B, Hkv, length, D], zero-padded."""
     out = []
     for layer in range(len(per_row[0])):
@@ -164,7 +164,7 @@ def _reused_context(model: Transformer, rows: Rows, store: PrefixStore) -> KVCac
             kv = r.assemble(past, fresh)
         store.put(x, kv)
         per_row.append(kv)
-    kv = _padded(per_row, rows.context.shape[1])
+    kv = stack_rows(per_row, rows.context.shape[1])
     valid = (
         torch.arange(rows.context.shape[1], device=rows.context.device)[None, :] < rows.context_lens[:, None]
     )
@@ -370,7 +370,7 @@ def _reused_refresh(model, state: InPlaceState, seq: torch.Tensor, only: slice, 
             kv = r.assemble(past, fresh)
         store.put(x, kv)
         per_row.append(kv)
-    return h, _padded(per_row, L)
+    return h, stack_rows(per_row, L)
 
 
 @dataclass(frozen=True)

@@ -69,23 +69,29 @@ def stop_hook(
     decode: Callable[[list[int]], str],
     eot_id: int,
     ends: list[Ends | None] | None = None,
+    turn_ends: frozenset[int] = frozenset(),
 ) -> Hook | None:
-    """Rows whose committed answer start already holds one of their stop strings, or that their
-    ``ends`` test says are decided (None: neither for any row)."""
+    """Rows whose committed answer start already holds one of their stop strings or an end-of-turn
+    token (``turn_ends``: an instruct model's answer ends there and the text is cut there, so later
+    blocks would be decoded for nothing), or that their ``ends`` test says are decided (None: none of
+    these for any row)."""
     stops = [[x for x in row if x] for row in stops]
     ends = ends or [None] * len(stops)
-    if not any(stops) and not any(ends):
+    if not any(stops) and not any(ends) and not turn_ends:
         return None
 
     def done(canvas: torch.Tensor, fixed: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:  # [B]
         first_open = first_true(~fixed)  # [B]
         out = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
         for b, (row, end) in enumerate(zip(stops, ends, strict=True)):
-            if not row and end is None:
+            if not row and end is None and not turn_ends:
                 continue
             toks = canvas[b, : int(first_open[b])].tolist()
             if eot_id in toks:
                 continue  # the answer has ended anyway
+            if turn_ends.intersection(toks):
+                out[b] = True
+                continue
             text = decode(toks)
             out[b] = any(x in text for x in row) or (end is not None and end(text))
         return out
@@ -99,10 +105,11 @@ def done_hook(
     decode: Callable[[list[int]], str],
     eot_id: int,
     ends: list[Ends | None] | None = None,
+    turn_ends: frozenset[int] = frozenset(),
 ) -> Hook | None:
-    """``done`` for the loop: rows that hit a stop string or are decided, then ensemble rows that
-    cannot win."""
-    stop = stop_hook(stops, decode, eot_id, ends)
+    """``done`` for the loop: rows that hit a stop string or an end of turn or are decided, then
+    ensemble rows that cannot win."""
+    stop = stop_hook(stops, decode, eot_id, ends, turn_ends)
     groups = [g for g in groups if len(g) > 1]
     if not groups:
         return stop

@@ -92,9 +92,9 @@ from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.loop_types import Hooks, Member, SampleResult, Tokens
 from editserver.model.infer.plan import (
     BLOCK_EDITS,
-    BLOCK_RULES,
     DecodePlan,
     block_plan,
+    block_rule,
     plan_for,
     published_plan,
     resolve_effort,
@@ -136,11 +136,15 @@ class Engine:
     def use_prefix_cache(self, mb: float | None, suffix: bool = False) -> None:
         """Keep up to ``mb`` MiB of recent contexts' keys/values for later requests to reuse
         (model/infer/prefix.py); 0 turns reuse off, None takes the family's default
-        (``prefix.DEFAULT_MB``); ``suffix`` reuses the text after a change too. Reused keys/values
-        are approximate for these bidirectional models, so each default follows ``editserver bench
-        keystrokes`` (docs/experiments.md)."""
+        (``prefix.DEFAULT_MB``); ``suffix`` reuses the text after a change too (not for block
+        families, where nothing after a change is reusable). Reused keys/values are approximate for
+        bidirectional models, so each default follows ``editserver bench keystrokes``
+        (docs/experiments.md); for block-diffusion models they are exact and reuse is on."""
         if mb is None:
-            mb = DEFAULT_MB.get(self.family, DEFAULT_MB["open"])
+            exact = (
+                getattr(self.cache, "exact", False) and self.block_size
+            )  # block diffusion's reuse is exact
+            mb = DEFAULT_MB.get(self.family, DEFAULT_MB["block" if exact else "open"])
         if mb < 0:
             raise ValueError(f"prefix cache size must be at least 0 MiB, got {mb}")
         self.prefix = PrefixStore(int(mb * 2**20), suffix=suffix) if mb > 0 else None
@@ -262,7 +266,7 @@ class Engine:
         edit = self.layout.canvas_edit if kind != "edit" else None  # FIM only: what the family was tuned for
         if getattr(self.layout, "block", 0):  # block diffusion (model/infer/plan.py ``block_plan``)
             cache = self.layout.exact_cache if req.options.published else self.cache
-            rule = BLOCK_RULES[self.family](self.layout.block)
+            rule = block_rule(self.family, self.layout.block, req.options.published)
             revise = BLOCK_EDITS.get(self.family)  # LLaDA2.1's token editing (model/infer/token_edit.py)
             return block_plan(
                 self.inference,
@@ -397,7 +401,12 @@ class Engine:
         return Hooks(
             observe=observe,
             done=done_hook(
-                [r.options.stop for r in reqs], groups, self.tok.decode, self.tok.eot_id, self._ends(reqs)
+                [r.options.stop for r in reqs],
+                groups,
+                self.tok.decode,
+                self.tok.eot_id,
+                self._ends(reqs),
+                frozenset(getattr(self.tok, "turn_end_ids", ())),
             ),
             draft=draft,
             should_stop=(o.cancel.is_set if o.cancel is not None else None),

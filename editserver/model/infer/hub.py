@@ -8,7 +8,8 @@ Design decisions:
 - ``HF_ENDPOINT`` is honoured (a mirror; the tests serve a fixture directory the hub's way on loopback).
 - Only the files the loader reads (model/infer/hf/__init__.py) are fetched: config, tokenizer files,
   the chat template, the index and the shards it names. Modelling code is never downloaded. Where a
-  publisher's file listing was read (``SHIPPED``: LLaDA-MoE Base and Instruct) only the files it lists
+  publisher's file listing was read (``SHIPPED``: LLaDA-MoE and Stable-DiffCoder, Base and Instruct)
+  only the files it lists
   are asked for; other names try each ``OPTIONAL`` file and skip the absent ones.
 """
 
@@ -33,6 +34,9 @@ PULLABLE = {
     # Fast-dLLM v2 (NVlabs/Fast-dLLM v2/README.md: the 7B badge and the 1.5B row)
     "fast-dllm-v2-1.5b": "Efficient-Large-Model/Fast_dLLM_v2_1.5B",
     "fast-dllm-v2-7b": "Efficient-Large-Model/Fast_dLLM_v2_7B",
+    # Stable-DiffCoder (ByteDance-Seed/Stable-DiffCoder README.md, the model table)
+    "stable-diffcoder-8b-base": "ByteDance-Seed/Stable-DiffCoder-8B-Base",
+    "stable-diffcoder-8b-instruct": "ByteDance-Seed/Stable-DiffCoder-8B-Instruct",
     # LLaDA2 (inclusionAI/LLaDA2.0 @3df907b README.md, "Model Variants"); 2.1 edits written tokens
     "llada2.0-mini": "inclusionAI/LLaDA2.0-mini",
     "llada2.1-mini": "inclusionAI/LLaDA2.1-mini",
@@ -57,6 +61,9 @@ SHIPPED = {
     "llada-moe-7b-a1b-instruct": (
         "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
     ),
+    # the file lists of repositories duplicated from the publisher's (docs/open-weights.md)
+    "stable-diffcoder-8b-base": ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"),
+    "stable-diffcoder-8b-instruct": ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"),
 }  # fmt: skip
 
 

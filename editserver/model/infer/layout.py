@@ -30,6 +30,13 @@ Design decisions:
   this route for /v1/models and each answer's ``editserver`` field). Next edits as for the other
   instruct families. Its canvas starts ``lead = context % block`` into the first block
   (model/infer/block_cache.py), and it decodes on the exact ``BlockCache``.
+- ``SpmBlockLayout``: a block-diffusion family trained on FIM tokens (Stable-DiffCoder, on Seed-Coder's
+  pretraining: ``FIM_TAGS``). FIM is the way it was trained, suffix-prefix-middle (``<[fim-suffix]>``
+  suffix ``<[fim-prefix]>`` prefix ``<[fim-middle]>``, Seed-Coder tech report §2.2), then the canvas on
+  the block grid, decoded on the exact ``BlockCache`` with no suffix rows: in SPM order the suffix is
+  context, so nothing sits after the canvas. ``route = "fim"``; the answer is the canvas as written.
+  A tokenizer without the three tags (a revision that lacks them) falls back to ``BlockLayout``'s
+  chat route. Next edits go through the chat template as for the other instruct families.
 - A layout also names the family's canvas edit (``canvas_edit``, model/infer/canvas_edit.py), None for all
   but DreamOn: ``BOS prefix [MASK]*n suffix EOS`` as Dream's, with ``<|expand|>`` and end-of-text
   reshaping the gap (the expand id from the checkpoint's tokenizer, ``expand_id``; model/infer/hf/).
@@ -243,10 +250,57 @@ class BlockLayout(InPlaceLayout):
         return text if fenced is None else fenced
 
 
+# per family: its FIM tags in the order they open the prompt (suffix, prefix, middle); module docstring
+FIM_TAGS = {"stable-diffcoder": ("<[fim-suffix]>", "<[fim-prefix]>", "<[fim-middle]>")}
+
+
+class SpmBlockLayout(BlockLayout):
+    """Block diffusion with FIM tokens in suffix-prefix-middle order (module docstring)."""
+
+    route = "fim"
+
+    def __init__(self, tok, family: str, block: int, tags: tuple[int, int, int]):
+        super().__init__(tok, family, block)
+        self.tags = tags  # ids of the suffix, prefix and middle tags
+        # a begin-of-text only where the tokenizer would add one to a raw prompt (its add_bos_token)
+        bos = getattr(tok, "config", {}).get("add_bos_token") and tok.bos_id is not None
+        self.head = [tok.bos_id] if bos else []
+        self.fim_overhead = len(self.head) + 3
+
+    def fim(
+        self, pre: list[int], suf: list[int], canvas: int, window: int | None
+    ) -> tuple[list[int], list[int] | None, int]:
+        dropped = 0
+        if window is not None:
+            budget = max(window // 2, window - min(canvas, window) - self.fim_overhead)
+            n_suf, n_pre = fim_window(len(suf), len(pre), budget)  # the prefix gets what the suffix leaves
+            dropped = len(pre) - n_pre + len(suf) - n_suf
+            pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
+        s, p, m = self.tags
+        return [*self.head, s, *suf, p, *pre, m], None, dropped
+
+    def fim_answer(self, text: str) -> str:
+        """The canvas is the middle itself: no fence to look inside."""
+        return text
+
+
+def fim_tags(tok, family: str) -> tuple[int, int, int] | None:
+    """The ids of ``family``'s FIM tags in its tokenizer; None when it has none or lacks one."""
+    names = FIM_TAGS.get(family)
+    hf = getattr(tok, "hf", None)
+    if names is None or hf is None:
+        return None
+    ids = tuple(hf.token_to_id(n) for n in names)
+    return None if any(i is None for i in ids) else ids  # type: ignore[return-value]
+
+
 def layout_for(checkpoint) -> OwnLayout | InPlaceLayout:
     """The layout of a loaded checkpoint (model/infer/checkpoint.py)."""
     block = getattr(checkpoint.model.cfg, "block_size", 0)
     if block and checkpoint.family != "editserver":
+        tags = fim_tags(checkpoint.tokenizer, checkpoint.family)
+        if tags is not None:  # trained on FIM tokens: FIM the way it was trained
+            return SpmBlockLayout(checkpoint.tokenizer, checkpoint.family, block, tags)
         return BlockLayout(checkpoint.tokenizer, checkpoint.family, block)
     if checkpoint.family == "editserver":
         return OwnLayout(checkpoint.tokenizer)

@@ -20,7 +20,8 @@ Design decisions:
   per-block rule (``BlockSchedule``; Fast-dLLM v2's ``SubBlockThreshold``: the request's
   ``threshold`` overrides the family's) on the block
   cache (model/infer/block_cache.py); its published plan is the same rule at the publisher's
-  threshold on the exact cache. Its canvas never takes extra one-line canvases or step budgets.
+  threshold on the exact cache, or the publisher's own loop where that differs (Stable-DiffCoder:
+  one token per step; ``block_rule``). Its canvas never takes extra one-line canvases or step budgets.
   LLaDA2.1 adds token editing (``revise``, model/infer/token_edit.py) to both: a step may rewrite
   tokens already written in its block, and a full block takes steps while they edit.
 - One-line FIM requests (their stops include a newline) are a kind of their own ("line"): they get the
@@ -90,6 +91,9 @@ PUBLISHED = {
 }
 # a block family's rule at block size b: SDAR/TraDo README, threshold 0.9 and b steps a block
 # Fast-dLLM v2: 8-token sub-blocks at threshold 0.9 (v2/eval.py and run_chatbot.py, NVlabs/Fast-dLLM)
+# Stable-DiffCoder: generate_block's threshold branch at its default 0.95 (every masked position at or
+# above it, at least the most confident one: BlockSchedule with one token owed per step, b steps a
+# block); the default is read in a public copy of modeling_stable_diffcoder.py (docs/open-weights.md)
 # LLaDA2.0: dFactory's ``generate`` defaults, threshold 0.95 and 32 steps a block whatever the block
 # (inclusionAI/dFactory @92b6890 models/llada2_moe/modeling_llada2_moe.py); LLaDA2.1: threshold 0.7
 # with token editing at 0.5 for at most 16 steps past a full block (the diffusers LLaDA2Pipeline
@@ -97,10 +101,14 @@ PUBLISHED = {
 BLOCK_RULES = {
     "sdar": lambda b: BlockSchedule(0.9, b),
     "fast-dllm-v2": lambda b: SubBlockThreshold(0.9, 8),
+    "stable-diffcoder": lambda b: BlockSchedule(0.95, b),
     "llada2": lambda b: BlockSchedule(0.95, 32),
     "llada2.1": lambda b: BlockSchedule(0.7, 32),
 }
 BLOCK_EDITS = {"llada2.1": TokenEdit(0.5, 16)}  # a family's token editing (model/infer/token_edit.py)
+# a block family whose published loop is not its default rule: Stable-DiffCoder's README call
+# (threshold=None, steps == gen_length): one token per step, the most confident (no p exceeds 1.0)
+PUBLISHED_BLOCK_RULES = {"stable-diffcoder": lambda b: BlockSchedule(1.0, b)}
 WHOLE = 1 << 20  # a block as wide as any canvas: an edited canvas is one block
 
 
@@ -115,6 +123,12 @@ def published_plan(
     entropy, block = PUBLISHED[family]
     sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
     return DecodePlan(kind, "published", PublishedRule(entropy), block, cache, sampling, (), True, edit)
+
+
+def block_rule(family: str, block: int, published: bool) -> BlockSchedule | SubBlockThreshold:
+    """A block family's rule at ``block``: its published loop's (``published``) or its default."""
+    rules = PUBLISHED_BLOCK_RULES if published and family in PUBLISHED_BLOCK_RULES else BLOCK_RULES
+    return rules[family](block)
 
 
 def block_plan(

@@ -19,6 +19,9 @@ recompute what the first computed. Design decisions:
   so the longest common suffix of old and new sits ``len(new) - len(old)`` positions away and is
   rotated by that much. The caller says where it may start (``tail_from``: after the canvas), so a
   cursor in the middle of a file computes a few tokens, not the whole suffix.
+- For block-diffusion models (block-causal attention) reuse is exact: a block's keys/values depend
+  only on it and the blocks before it, so ``lookup_blocks`` takes the longest shared prefix cut to
+  whole blocks, with no margin, no moved run and no tail (model/infer/block_cache.py).
 - For bidirectional models reuse is an approximation, as the dual cache is (model/infer/cache.py):
   a reused key saw the old text. It saw it most closely next to a change, so ``margin`` tokens are
   recomputed on either side of every seam (a typed change, the window's dropped tokens, the moved
@@ -47,9 +50,12 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k, v) [1, Hkv, L, D]
 # 0 keeps reuse off. On for the shipped model: with the margin, its typing replay's FIM answers were
 # identical to reuse off on 99.2% and 95.4% of requests (two sets of lines) at the same exact-match
 # rate, and a held-out replay's 350 next-edit and FIM suggestions all identical (docs/experiments.md).
-# 64 MiB holds about 45 of its 256-token contexts. Off for the open families until a real checkpoint
-# has been through the same replays (random-weight copies say nothing about answers).
-DEFAULT_MB = {"editserver": 64, "open": 0}
+# 64 MiB holds about 45 of its 256-token contexts. Off for the bidirectional open families until a
+# real checkpoint has been through the same replays (random-weight copies say nothing about answers).
+# On for block-diffusion families ("block"), where reuse is exact (model/infer/block_cache.py): 1 GiB
+# holds one 2,300-token context of a 1.7B Qwen3-shaped model in fp32 (28 layers x 2 x 8 heads x 128 x 4 B
+# = 229 KB a token), about what one file's typing needs.
+DEFAULT_MB = {"editserver": 64, "open": 0, "block": 1024}
 PROBE = 8  # tokens the moved run is searched for by (a shorter run is not worth re-rotating)
 MARGIN = 32  # tokens recomputed on either side of a seam (module docstring)
 # entries kept at most, whatever their bytes: a lookup compares a request with every entry (about
@@ -245,6 +251,30 @@ class PrefixStore:
             self.reused_tokens += best.tokens
             self.computed_tokens += len(ids) - best.tokens
             return best
+
+    def lookup_blocks(self, ids: torch.Tensor, block: int, limit: int) -> tuple[Entry, int] | None:
+        """(entry, n) of the entry sharing the longest common prefix with ``ids`` [L], ``n`` that
+        prefix cut down to whole ``block``-token blocks and to ``limit``; None when it is under
+        ``min_reuse`` tokens (or none). No margin and no moved runs: under block-causal attention a
+        block's keys/values depend only on it and the blocks before it, so a shared prefix of whole
+        blocks is exact and anything after a difference is not (model/infer/block_cache.py)."""
+        ids = ids.cpu()
+        limit = min(limit, len(ids))
+        with self._lock:
+            best, best_key = 0, None
+            for key, e in self._entries.items():
+                n = min(_common(e.ids, ids), limit) // block * block
+                if n > best:
+                    best, best_key = n, key
+            if best_key is None or best < min(self.min_reuse, limit):
+                self.misses += 1
+                self.computed_tokens += len(ids)
+                return None
+            self._entries.move_to_end(best_key)
+            self.hits += 1
+            self.reused_tokens += best
+            self.computed_tokens += len(ids) - best
+            return self._entries[best_key], best
 
     def put(self, ids: torch.Tensor, kv: KV) -> bool:
         """Keep ``kv`` (per layer (k, v) [1, Hkv, L, D], copied) for ``ids`` [L]; False when one entry

@@ -1,5 +1,5 @@
 """Open-weight diffusion code models from a Hugging Face directory (Dream, Open-dCoder, LLaDA, LLaDA-MoE,
-SDAR, Fast-dLLM v2, LLaDA2).
+SDAR, Fast-dLLM v2, Stable-DiffCoder, LLaDA2).
 
 Design decisions:
 - ``load_open_checkpoint(dir)`` returns the same ``Checkpoint`` (model/infer/checkpoint.py) our own
@@ -10,7 +10,8 @@ Design decisions:
   ``max_context`` (32K when not given); a cap above the model's own is allowed, a model longer than
   the cap is served at the cap, and a cap below 1 is an error.
 - The window a model reads is the length its publisher evaluates it at (``EVALUATED``: 2,048 tokens
-  for the Dream family and Open-dCoder, 4,096 for LLaDA and LLaDA-MoE; sources in docs/open-weights.md): longer
+  for the Dream family and Open-dCoder, 4,096 for LLaDA and LLaDA-MoE, Stable-DiffCoder's 8K context;
+  sources in docs/open-weights.md): longer
   input is cut to it, nearest the cursor kept, and the completion says how many tokens were dropped.
   A ``max_context`` given explicitly is also the window, so ``--max-context`` raises it.
 - A family recognised but not served (model/infer/hf/unserved.py) is refused from its config.json
@@ -65,11 +66,16 @@ EVALUATED = {
     "llada-moe": 4096,
     "sdar": 4096,
     "fast-dllm-v2": 4096,  # v2/eval.py asserts prompt + target <= 4096 (NVlabs/Fast-dLLM)
+    # no evaluation cut is published: its context, 8K (README table, ByteDance-Seed/Stable-DiffCoder)
+    "stable-diffcoder": 8192,
     # LLaDA2: no evaluated prompt length in the publisher's files read (dFactory, the LLaDA2.1 report);
     # unchecked, SDAR's 4096 (docs/open-weights.md)
     "llada2": 4096,
     "llada2.1": 4096,
 }
+# families whose publisher's loop fills past the answer with end-of-text (eos), never a pad token:
+# Stable-DiffCoder's generate_block writes eos from the first eos on and stops there
+EOS_FILLS = ("stable-diffcoder",)
 
 
 def open_inference(window: int | None = None) -> InferenceConfig:
@@ -123,6 +129,8 @@ def load_open_checkpoint(
     if not 0 <= cfg.mask_id < cfg.vocab_size:
         raise ValueError(f"mask token id {cfg.mask_id} lies outside the vocabulary of {cfg.vocab_size}")
     tok.mask_id = cfg.mask_id
+    if cfg.family in EOS_FILLS and tok.eos_id is not None:  # its answer ends at eos, which is never barred
+        tok.eot_id = tok.eos_id
     tok.expand_id = expand_id  # DreamOn's canvas edit (model/infer/canvas_edit.py); None elsewhere
     model = load_weights(d, cfg, device, dtype)
     meta = {"family": cfg.family, "source": str(d), "dtype": str(dtype).removeprefix("torch.")}

@@ -44,6 +44,17 @@ What was checked against the published files (2026-12-02, read through the searc
   block's last position). Recognised by its architectures (``Fast_dLLM_QwenForCausalLM``), an
   auto_map naming Fast_dLLM, or ``bd_size``: never by model_type alone, which third-party copies
   spell ``Fast_dLLM_Qwen`` and a converted directory may leave at ``qwen2``.
+- Stable-DiffCoder-8B Base / Instruct (the Base's ``config.json`` in a duplicate of the publisher's
+  repository and the publisher's commit 4656ed0; ``modeling_stable_diffcoder.py`` @658a484 of
+  ByteDance-Seed/Stable-DiffCoder-8B-Instruct; sources in docs/open-weights.md): Seed-Coder's Llama
+  layout (model_type "llama", no q/k/v bias, no QK norm, untied head, rope_theta 500000, 8,192
+  positions), architectures ["StableDiffcoderForCausalLM"], one Base revision naming it only in its
+  auto_map; the transformers-4.46 revision's class is ``SeedDiffcoderForCausalLM`` (its config's
+  architectures unchecked). Recognised by those class names, never by model_type "llama", which every
+  Llama says. Neither a block nor a mask id is in the config: the block is ``generate_block``'s default
+  4 and the mask the tokenizer's ``<[MASK_TOKEN]>``, else 5, that default's id (both defaults read in a
+  public copy of the file, unchecked in the publisher's own). Logits are not shifted (``shift=False``
+  in the README's call, ByteDance-Seed/Stable-DiffCoder @ece1ffb).
 - LLaDA2.0 / LLaDA2.1: model/infer/hf/llada2.py (its sources there); by ``LLaDA2MoeModelLM``.
 """
 
@@ -63,9 +74,12 @@ SUPPORTED = (
     "LLaDA-MoE-7B-A1B Base/Instruct (architectures LLaDAMoEModelLM)",
     "SDAR / TraDo (model_type 'sdar', block diffusion)",
     "Fast-dLLM v2 (architectures Fast_dLLM_QwenForCausalLM or bd_size, block diffusion)",
+    "Stable-DiffCoder (architectures StableDiffcoderForCausalLM, block diffusion)",
     "LLaDA2.0 / LLaDA2.1 (architectures LLaDA2MoeModelLM, block diffusion, mixture of experts)",
 )
-MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>", "|<MASK>|")
+# Stable-DiffCoder's <[MASK_TOKEN]> first: a 155K code vocabulary may hold "<mask>" or "[MASK]" as
+# ordinary text pieces, and no other family's tokenizer spells the bracketed form
+MASK_NAMES = ("<[MASK_TOKEN]>", "<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mdm_mask|>", "|<MASK>|")
 
 
 class UnsupportedModelError(ValueError):
@@ -235,6 +249,7 @@ def block_size_of(raw: dict, name: str = "", override: int | None = None) -> int
     m = re.search(r"-b(8|16|32|64)(?:$|[-_./])", name)
     if m:
         return int(m.group(1))
+    # Stable-DiffCoder's is 4 too
     default = FAST_DLLM_BLOCK if is_fast_dllm(raw) else llada2.BLOCK if llada2.is_llada2(raw) else SDAR_BLOCK
     return int(raw.get("block_size") or raw.get("bd_size") or default)
 
@@ -267,6 +282,34 @@ def _fast_dllm(cfg: dict, mask_id: int) -> OpenConfig:
     return replace(_qwen2(cfg, "fast-dllm-v2", mask_id), block_size=block_size_of(cfg))
 
 
+STABLE_DIFFCODER_ARCHS = ("StableDiffcoderForCausalLM", "SeedDiffcoderForCausalLM")
+STABLE_DIFFCODER_MASK = 5  # <[MASK_TOKEN]>: generate_block's mask_id default (module docstring)
+
+
+def is_stable_diffcoder(cfg: dict) -> bool:
+    """Stable-DiffCoder by its architectures or an auto_map class naming them; never by model_type
+    alone ("llama": module docstring)."""
+    archs = [str(a) for a in cfg.get("architectures") or []] + unserved.auto_classes(cfg)
+    return any(a in STABLE_DIFFCODER_ARCHS for a in archs)
+
+
+def _stable_diffcoder(cfg: dict, mask_id: int) -> OpenConfig:
+    """Stable-DiffCoder: Llama keys, block-causal attention, logits not shifted (module docstring)."""
+    if cfg.get("mlp_bias") or cfg.get("hidden_act", "silu") != "silu":
+        raise UnsupportedModelError(
+            "a Stable-DiffCoder config.json with MLP biases or an activation other than silu is not supported"
+        )
+    base = _qwen2(cfg, "stable-diffcoder", mask_id)
+    return replace(
+        base,
+        qkv_bias=bool(cfg.get("attention_bias", False)),
+        shift=False,
+        rope_theta=_rope_theta(cfg, 500000.0),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 8192)),
+        block_size=block_size_of(cfg),
+    )
+
+
 def refuse_unserved(cfg: dict) -> None:
     """UnsupportedModelError with one true line for a family recognised but not served
     (model/infer/hf/unserved.py); nothing for any other config."""
@@ -297,6 +340,11 @@ def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
             "mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else FAST_DLLM_MASK
         )
         return _fast_dllm(cfg, int(mask))
+    if is_stable_diffcoder(cfg):  # the mask: its tokenizer's <[MASK_TOKEN]>, else 5
+        mask = cfg.get(
+            "mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else STABLE_DIFFCODER_MASK
+        )
+        return _stable_diffcoder(cfg, int(mask))
     if llada2.is_llada2(cfg):  # model/infer/hf/llada2.py; the mask is not in its config
         if (why := llada2.refusal(cfg)) is not None:
             raise UnsupportedModelError(why)

@@ -19,7 +19,7 @@ Design decisions:
 - No causal mask for the masked-diffusion families: they were trained with full attention over
   ``prefix [MASK]*n suffix``. Rows of unequal length are right-padded and their padding is a key
   mask; rotary positions are each row's own 0..L-1, so a padded row computes what it would alone.
-- Block diffusion (``cfg.block_size`` > 0, SDAR): query i attends key j iff j // b <= i // b on
+- Block diffusion (``cfg.block_size`` > 0: SDAR, Fast-dLLM v2, Stable-DiffCoder): query i attends key j iff j // b <= i // b on
   absolute positions (bidirectional inside a block, causal across blocks), the mask SDAR's
   ``generate.py`` builds as ``tril(ones(nb, nb))`` tiled b x b (JetAstra/SDAR @c2041a8). It is one
   bool mask [B, 1, Lq, Lk] through the same attention op; ``encode_span`` applies it among the span's

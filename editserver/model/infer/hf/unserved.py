@@ -3,7 +3,8 @@
 Design decisions:
 - Each family is recognised from ``config.json`` alone: ``architectures`` first, then ``model_type``,
   then a key only that family has (``canvas_length``). ``model_type`` alone never decides where two
-  families share one (Stable-DiffCoder says ``llama``; LLaDA-MoE says ``llada`` like dense LLaDA and is served: model/infer/hf/families.py).
+  families share one (LLaDA-MoE says ``llada`` like dense LLaDA and is served, as is Stable-DiffCoder,
+  which says ``llama``: model/infer/hf/families.py).
 - The answer says what the directory is (block diffusion, uniform-state diffusion, autoregressive,
   mixture of experts), that it is not served yet, and which families are; it is one line, and the
   command that loads it exits with status 2 (``UnsupportedModelError`` is a ``ValueError``).
@@ -27,11 +28,6 @@ class Unserved:
 
 UNSERVED = (
     Unserved(
-        "Stable-DiffCoder",
-        "a block-diffusion code model on Seed-Coder's Llama layout (4-token blocks)",
-        archs=("StableDiffcoderForCausalLM", "SeedDiffcoderForCausalLM"),
-    ),
-    Unserved(
         "WeDLM",
         "a diffusion model decoded with causal attention and a KV cache, on Qwen3",
         archs=("WeDLMForCausalLM",),
@@ -53,7 +49,7 @@ UNSERVED = (
 )
 
 
-def _auto_classes(cfg: dict) -> list[str]:
+def auto_classes(cfg: dict) -> list[str]:
     """The class names ``auto_map`` points at (``modeling_x.Class`` -> ``Class``)."""
     out = []
     for v in (cfg.get("auto_map") or {}).values():
@@ -65,7 +61,7 @@ def _auto_classes(cfg: dict) -> list[str]:
 
 def recognise(cfg: dict) -> Unserved | None:
     """The unserved family a ``config.json`` belongs to, or None."""
-    archs = {str(a) for a in cfg.get("architectures") or []} | set(_auto_classes(cfg))
+    archs = {str(a) for a in cfg.get("architectures") or []} | set(auto_classes(cfg))
     mtype = str(cfg.get("model_type", "")).lower()
     for fam in UNSERVED:
         if archs & set(fam.archs) or mtype in fam.model_types:
