@@ -268,16 +268,8 @@ class Engine:
             cache = self.layout.exact_cache if req.options.published else self.cache
             rule = block_rule(self.family, self.layout.block, req.options.published)
             revise = BLOCK_EDITS.get(self.family)  # LLaDA2.1's token editing (model/infer/token_edit.py)
-            return block_plan(
-                self.inference,
-                req.options,
-                kind,
-                cache,
-                self.layout.block,
-                rule,
-                req.options.published,
-                revise,
-            )
+            o, b = req.options, self.layout.block
+            return block_plan(self.inference, o, kind, cache, b, rule, o.published, revise)
         if req.options.published:
             return published_plan(self.family, req.options, kind, self.layout.exact_cache, edit)
         return plan_for(self.inference, req.options, kind, self.cache, edit)
