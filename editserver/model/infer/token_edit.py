@@ -15,7 +15,9 @@ Design decisions:
   changed something, at most ``post_steps`` of them (``max_post_steps``, 16).
 - A committed end-of-text ends its row (the loop's rule, model/infer/sampler.py): it and the
   positions after it are never edited. The publisher's loop keeps decoding after an end-of-text
-  inside the block and cuts the answer there; the tokens before it are the ones that matter.
+  inside the block and cuts the answer there; the tokens before it are the ones that matter. A row
+  the ``done`` hook ends (a stop sequence, an end of turn) still takes its block's editing steps on
+  the tokens before its first end-of-text; the answer is cut at its stop as usual.
 - Plain tensor code over one block [B, n]; the loop keeps the per-row counters (``Decode``), this
   piece only decides. Frozen and hashable, so a plan that holds one still keys a batch.
 """
