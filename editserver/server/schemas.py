@@ -314,7 +314,8 @@ class ModelCard(BaseModel):
     dtype: str = Field("float32", description="the weights' serving dtype")
     window: int = Field(0, description="prompt tokens the model actually reads (over-window input is cut)")
     block_size: int | None = Field(
-        None, description="a block-diffusion model's block in use (SDAR, Stable-DiffCoder); None otherwise"
+        None,
+        description="a block-diffusion model's block in use (SDAR, Fast-dLLM v2, Stable-DiffCoder, LLaDA2); None otherwise",
     )
     fim_route: str = Field(
         "fim-tokens", description="how FIM requests reach the model: fim-tokens, in-place, chat or fim"

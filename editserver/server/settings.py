@@ -141,8 +141,8 @@ class Settings:
     )
     block_size: int | None = opt(
         None,
-        "a block-diffusion model's block (SDAR/TraDo, Fast-dLLM v2, Stable-DiffCoder): overrides its repository name's -bN and its "
-        "config.json's block_size (default 4)",
+        "a block-diffusion model's block (SDAR/TraDo, Fast-dLLM v2, Stable-DiffCoder, LLaDA2): overrides its repository "
+        "name's -bN and its config.json's block_size (default 4; 32 for Fast-dLLM v2 and LLaDA2)",
         metavar="N",
         group=MODEL,
     )

@@ -14,15 +14,6 @@ from editserver.model.infer.hf.families import SUPPORTED, UnsupportedModelError,
 from editserver.model.infer.loader import load_checkpoint
 
 CONFIGS = {
-    "LLaDA2.0-mini": (
-        {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"], "num_experts": 256,
-         "num_shared_experts": 1, "score_function": "sigmoid", "n_group": 8, "topk_group": 4},
-        ["LLaDA2.0 / LLaDA2.1", "block-diffusion mixture-of-experts"],
-    ),
-    "LLaDA2.1-flash": (
-        {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"], "hidden_size": 4096},
-        ["LLaDA2.0 / LLaDA2.1", "mixture-of-experts"],
-    ),
     "WeDLM-8B-Instruct": (
         {"model_type": "wedlm", "architectures": ["WeDLMForCausalLM"], "qk_norm": True},
         ["WeDLM", "causal attention"],
@@ -83,6 +74,14 @@ def test_fast_dllm_v2_is_served_now():
     assert (got.family, got.block_size, got.mask_id, got.shift) == ("fast-dllm-v2", 32, 151665, True)
 
 
+def test_llada2_is_served_now():
+    """The LLaDA2 config once refused here is detected as its family (tests/model/test_llada2.py)."""
+    cfg = {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"], "num_experts": 8}
+    shape = {"hidden_size": 8, "vocab_size": 9, "num_hidden_layers": 1, "num_attention_heads": 1}
+    got = detect({**cfg, **shape, "moe_intermediate_size": 4, "num_experts_per_tok": 2}, None)
+    assert (got.family, got.block_size, got.mask_id, got.shift) == ("llada2", 32, 156895, False)
+
+
 @pytest.mark.parametrize(
     "cfg",
     [
@@ -101,17 +100,14 @@ def test_stable_diffcoder_is_served_now(cfg):
 
 def test_serve_says_it_in_one_line_and_exits_2(tmp_path):
     """Through the real CLI: only config.json is needed to know, so nothing else is looked for."""
-    d = tmp_path / "LLaDA2.0-mini"
+    d = tmp_path / "CoDA-1.7B"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps(CONFIGS["LLaDA2.0-mini"][0]))
+    (d / "config.json").write_text(json.dumps(CONFIGS["CoDA-1.7B"][0]))
     cmd = [sys.executable, "-m", "editserver.cli.main", "serve", "--model", str(d), "--port", "0"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     lines = [x for x in out.stderr.splitlines() if x.startswith("editserver serve:")]
     assert out.returncode == 2, out.stderr
     assert (
-        len(lines) == 1
-        and "(…)" not in lines[0]
-        and "LLaDA2.0 / LLaDA2.1" in lines[0]
-        and "not served yet" in lines[0]
+        len(lines) == 1 and "(…)" not in lines[0] and "CoDA" in lines[0] and "not served yet" in lines[0]
     ), out.stderr
     assert "Traceback" not in out.stderr

@@ -91,6 +91,7 @@ from editserver.model.infer.layout import layout_for
 from editserver.model.infer.loader import load_checkpoint
 from editserver.model.infer.loop_types import Hooks, Member, SampleResult, Tokens
 from editserver.model.infer.plan import (
+    BLOCK_EDITS,
     DecodePlan,
     block_plan,
     block_rule,
@@ -266,9 +267,9 @@ class Engine:
         if getattr(self.layout, "block", 0):  # block diffusion (model/infer/plan.py ``block_plan``)
             cache = self.layout.exact_cache if req.options.published else self.cache
             rule = block_rule(self.family, self.layout.block, req.options.published)
-            return block_plan(
-                self.inference, req.options, kind, cache, self.layout.block, rule, req.options.published
-            )
+            revise = BLOCK_EDITS.get(self.family)  # LLaDA2.1's token editing (model/infer/token_edit.py)
+            o, b = req.options, self.layout.block
+            return block_plan(self.inference, o, kind, cache, b, rule, o.published, revise)
         if req.options.published:
             return published_plan(self.family, req.options, kind, self.layout.exact_cache, edit)
         return plan_for(self.inference, req.options, kind, self.cache, edit)

@@ -37,6 +37,9 @@ PULLABLE = {
     # Stable-DiffCoder (ByteDance-Seed/Stable-DiffCoder README.md, the model table)
     "stable-diffcoder-8b-base": "ByteDance-Seed/Stable-DiffCoder-8B-Base",
     "stable-diffcoder-8b-instruct": "ByteDance-Seed/Stable-DiffCoder-8B-Instruct",
+    # LLaDA2 (inclusionAI/LLaDA2.0 @3df907b README.md, "Model Variants"); 2.1 edits written tokens
+    "llada2.0-mini": "inclusionAI/LLaDA2.0-mini",
+    "llada2.1-mini": "inclusionAI/LLaDA2.1-mini",
 }
 # besides config.json and the weights; each may be absent from a repository
 OPTIONAL = (

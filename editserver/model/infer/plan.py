@@ -22,6 +22,8 @@ Design decisions:
   cache (model/infer/block_cache.py); its published plan is the same rule at the publisher's
   threshold on the exact cache, or the publisher's own loop where that differs (Stable-DiffCoder:
   one token per step; ``block_rule``). Its canvas never takes extra one-line canvases or step budgets.
+  LLaDA2.1 adds token editing (``revise``, model/infer/token_edit.py) to both: a step may rewrite
+  tokens already written in its block, and a full block takes steps while they edit.
 - One-line FIM requests (their stops include a newline) are a kind of their own ("line"): they get the
   effort's step budget (``line_steps``) and the checkpoint's ``line_canvases``, decoded as extra rows
   whose likeliest answer wins (model/infer/engine.py). Measured on the shipped checkpoint:
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from editserver.model.infer.cache import CachePolicy
 from editserver.model.infer.canvas_edit import ExpandDelete
 from editserver.model.infer.config import EffortPreset, InferenceConfig
+from editserver.model.infer.token_edit import TokenEdit
 from editserver.model.infer.unmasking import (
     BlockSchedule,
     JointRule,
@@ -72,6 +75,7 @@ class DecodePlan:
     line_canvases: tuple[int, ...] = ()
     fixed_canvas: bool = False  # the whole canvas from the first step (a published loop's), never grown
     edit: ExpandDelete | None = None  # the canvas reshaped between steps (model/infer/canvas_edit.py)
+    revise: TokenEdit | None = None  # written tokens of the block rewritten too (model/infer/token_edit.py)
 
 
 # an open family's published loop: (order by entropy, block size); model/infer/unmasking.py PublishedRule
@@ -90,11 +94,18 @@ PUBLISHED = {
 # Stable-DiffCoder: generate_block's threshold branch at its default 0.95 (every masked position at or
 # above it, at least the most confident one: BlockSchedule with one token owed per step, b steps a
 # block); the default is read in a public copy of modeling_stable_diffcoder.py (docs/open-weights.md)
+# LLaDA2.0: dFactory's ``generate`` defaults, threshold 0.95 and 32 steps a block whatever the block
+# (inclusionAI/dFactory @92b6890 models/llada2_moe/modeling_llada2_moe.py); LLaDA2.1: threshold 0.7
+# with token editing at 0.5 for at most 16 steps past a full block (the diffusers LLaDA2Pipeline
+# documentation, third-party: unchecked against the publisher's own 2.1 files)
 BLOCK_RULES = {
     "sdar": lambda b: BlockSchedule(0.9, b),
     "fast-dllm-v2": lambda b: SubBlockThreshold(0.9, 8),
     "stable-diffcoder": lambda b: BlockSchedule(0.95, b),
+    "llada2": lambda b: BlockSchedule(0.95, 32),
+    "llada2.1": lambda b: BlockSchedule(0.7, 32),
 }
+BLOCK_EDITS = {"llada2.1": TokenEdit(0.5, 16)}  # a family's token editing (model/infer/token_edit.py)
 # a block family whose published loop is not its default rule: Stable-DiffCoder's README call
 # (threshold=None, steps == gen_length): one token per step, the most confident (no p exceeds 1.0)
 PUBLISHED_BLOCK_RULES = {"stable-diffcoder": lambda b: BlockSchedule(1.0, b)}
@@ -128,8 +139,10 @@ def block_plan(
     block: int,
     rule: BlockSchedule | SubBlockThreshold,
     published: bool = False,
+    revise: TokenEdit | None = None,
 ) -> DecodePlan:
-    """The plan of a block-diffusion family (module docstring): ``rule`` on ``block``-token blocks."""
+    """The plan of a block-diffusion family (module docstring): ``rule`` on ``block``-token blocks,
+    with the family's token editing (``revise``) if it has one."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if options.block_size is not None and options.block_size != block:
@@ -141,7 +154,7 @@ def block_plan(
         rule = dataclasses.replace(rule, threshold=options.threshold)
     sampling = Sampling(options.temperature, options.top_p, options.presence_penalty, options.seed)
     # the whole canvas from the first step: later blocks never reach earlier ones, so width costs nothing
-    return DecodePlan(kind, effort, rule, block, cache, sampling, (), True)
+    return DecodePlan(kind, effort, rule, block, cache, sampling, (), True, revise=revise)
 
 
 def resolve_effort(inference: InferenceConfig, effort: str | None, kind: str) -> str:

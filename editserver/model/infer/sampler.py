@@ -37,8 +37,12 @@ Alg. 2 with low-confidence remasking). Design decisions:
   it. The block's end follows the widths, and a width that changed re-prepares the cache state:
   positions after the change moved, so every key/value is recomputed at the next step (a
   ``DualCache`` refresh; its prefix could be kept, but its values read the old canvas too).
-- Committed tokens are never re-masked or changed, except by a canvas edit; the mask token and layout
-  tags are never proposed. A member's ``lead`` starts its canvas inside a block (block diffusion).
+- Committed tokens are never re-masked or changed, except by a canvas edit or a plan's token editing
+  (``plan.revise``, model/infer/token_edit.py: LLaDA2.1 rewrites written tokens of the current block,
+  and a full block takes steps while they change it); the mask token and layout tags are never
+  proposed. A member's ``lead`` starts its canvas inside a block (block diffusion).
+- The choice of tokens from logits (greedy or tempered top-p) and what a row's logits lose first are
+  model/infer/choose.py's.
 - Pure with respect to randomness: sampling (temperature > 0) draws only from the explicit
   ``torch.Generator``; greedy decoding draws nothing. Stats come back with the tokens.
 """
@@ -50,54 +54,11 @@ from dataclasses import replace
 
 import torch
 
-from editserver.model.infer import ops
 from editserver.model.infer.cache import Rows
+from editserver.model.infer.choose import choose_tokens, penalty
 from editserver.model.infer.loop_types import Canvas, Hooks, Member, SampleResult, Tokens
-from editserver.model.infer.plan import DecodePlan, Sampling
+from editserver.model.infer.plan import DecodePlan
 from editserver.model.infer.unmasking import fill_after_eot, first_true, informative
-
-
-def choose_tokens(
-    logits: torch.Tensor,  # [B, n, V]
-    s: Sampling,
-    generator: torch.Generator | None,
-    penalty: torch.Tensor | None = None,  # [B, V] subtracted from logits
-    want_margin: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Token, its probability and (if asked) the top-2 margin p1 - p2 per position [B, n]: greedy
-    (argmax, softmax max) or tempered top-p sampling (the margin of the tempered distribution)."""
-    B, n, V = logits.shape
-    if s.temperature <= 0 or s.top_p >= 1.0:
-        # argmax or tempered sampling without a top-p cut: one pass over V, penalty applied on read
-        return ops.token_confidence(logits, penalty, s.temperature, generator, want_margin)
-    logits = logits.float()
-    if penalty is not None:
-        logits = logits - penalty[:, None, :]
-    probs = torch.softmax(logits / s.temperature, dim=-1)  # [B, n, V]
-    margin = None
-    if want_margin:
-        two = probs.topk(min(2, V), dim=-1).values  # [B, n, 2]
-        margin = two[..., 0] - (two[..., 1] if V > 1 else 0.0)
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    keep = sorted_p.cumsum(-1) - sorted_p < s.top_p
-    keep[..., 0] = True  # the top token always stays, however small top_p is
-    probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p * keep)
-    probs = probs / probs.sum(-1, keepdim=True)
-    tok = torch.multinomial(probs.view(B * n, V), 1, generator=generator).view(B, n)
-    return tok, probs.gather(-1, tok[..., None]).squeeze(-1), margin
-
-
-def _penalty(plan: DecodePlan, bias: torch.Tensor, c: Canvas, idx: torch.Tensor, eot_id: int) -> torch.Tensor:
-    """[b, V] what each computed row's logits lose: the suppressed ids (bias [V], or [B, V] per row),
-    and the presence penalty."""
-    V = bias.shape[-1]
-    penalty = -bias[idx] if bias.dim() == 2 else -bias.expand(len(idx), V)
-    if plan.sampling.presence_penalty:
-        seen = torch.zeros((len(idx), V), device=bias.device)
-        seen.scatter_(1, torch.where(c.fixed[idx], c.tokens[idx], eot_id), 1.0)  # committed tokens
-        seen[:, eot_id] = 0.0
-        penalty = penalty + seen * plan.sampling.presence_penalty
-    return penalty
 
 
 def step(
@@ -113,14 +74,19 @@ def step(
     tokens: Tokens,
     generator: torch.Generator | None,
     hooks: Hooks,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One model call on rows ``idx`` and the rule's decision: (commit, token, confidence) [B, n]."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One model call on rows ``idx`` and the decisions: (commit, rewrite, token, confidence) [B, n];
+    ``rewrite``: written tokens the plan's token editing changes (model/infer/token_edit.py)."""
     active = ~c.fixed[:, blk]  # [B, n]
-    act = active[idx]  # [b, n]
+    editable = torch.zeros_like(active)  # [B, n] written tokens the plan may rewrite
+    if plan.revise is not None:
+        editable[idx] = plan.revise.editable(c.tokens, c.fixed, c.real, blk, tokens.eot_id)[idx]
+    want = active | editable  # [B, n]
+    act = want[idx]  # [b, n]
     draft = None if hooks.draft is None else hooks.draft(c.tokens, c.fixed)[idx, :width]  # [b, W]
-    # only still-masked positions are projected onto the vocabulary: [M, V], M = act.sum()
+    # only the positions decided on are projected onto the vocabulary: [M, V], M = act.sum()
     logits = plan.cache.logits(model, state, c.tokens[idx, :width], blk, draft, act)
-    pen = _penalty(plan, bias, c, idx, tokens.eot_id)[act.nonzero()[:, 0]]  # [M, V]
+    pen = penalty(plan, bias, c, idx, tokens.eot_id)[act.nonzero()[:, 0]]  # [M, V]
     tok_m, conf_m, margin_m = choose_tokens(
         logits[:, None, :], plan.sampling, generator, pen, plan.rule.uses_margin
     )  # [M, 1] each
@@ -141,7 +107,10 @@ def step(
         cert = informative(tok, cert, active, tokens.eot_id)
     commit = plan.rule.select(cert, active, repeated, k, tok)  # [B, n]
     c.prev[:, blk] = torch.where(active & ~commit, tok, -1)
-    return commit & active, tok, conf
+    rewrite = editable  # all False without token editing
+    if plan.revise is not None:
+        rewrite = plan.revise.select(tok, conf, c.tokens[:, blk], editable)  # [B, n]
+    return commit & active, rewrite, tok, conf
 
 
 def _apply(
@@ -153,11 +122,13 @@ def _apply(
     hooks: Hooks,
     eot: int,
     edit: Callable[[torch.Tensor], None] | None = None,
+    rewrite: torch.Tensor | None = None,
 ):
-    """Commit a step's tokens, reshape the canvas (``edit`` of the commits [B, N]), end the rows
-    ``hooks.done`` names, fill after end-of-text."""
-    c.tokens[:, blk] = torch.where(commit, tok, c.tokens[:, blk])
-    c.conf[:, blk] = torch.where(commit, conf, c.conf[:, blk])
+    """Commit a step's tokens, rewrite the written ones ``rewrite`` [B, n] names, reshape the canvas
+    (``edit`` of the commits [B, N]), end the rows ``hooks.done`` names, fill after end-of-text."""
+    write = commit if rewrite is None else commit | rewrite  # [B, n]
+    c.tokens[:, blk] = torch.where(write, tok, c.tokens[:, blk])
+    c.conf[:, blk] = torch.where(write, conf, c.conf[:, blk])
     c.fixed[:, blk] |= commit
     if edit is not None:
         committed = torch.zeros_like(c.fixed)  # [B, N]
@@ -225,6 +196,7 @@ class Decode:
         self.state = self.sub = self.sub_rows = None
         self.steps = 0
         self.running = False  # joins before ``run`` prepare once, when it starts
+        self.editing = None  # [B] rows whose full block still takes token-editing steps (``_block``)
         self.hooks = Hooks(observe=self._observe, done=self._done, draft=self._draft)
 
     @property
@@ -355,13 +327,18 @@ class Decode:
         return slice(self.start, min(width, self.start + self.plan.block_size)), width
 
     def _block(self) -> None:
-        """Steps on the current block until every row has committed it (or left)."""
+        """Steps on the current block until every row has committed it (or left), and while token
+        editing goes on in a full block (model/infer/token_edit.py)."""
         c, k, B = self.c, 0, self.c.tokens.shape[0]
         edit = None if self.plan.edit is None else self._edit
-        while bool((active := ~c.fixed[:, (blk := self._span()[0])]).any()):
+        self.editing = torch.zeros(B, dtype=torch.bool, device=c.tokens.device)  # [B] full, still editing
+        post = torch.zeros(B, dtype=torch.long, device=c.tokens.device)  # [B] steps since it filled
+        while bool((active := ~c.fixed[:, (blk := self._span()[0])]).any()) or bool(self.editing.any()):
             self._cancel()
             active = ~c.fixed[:, blk]
-            live = active.any(dim=1).nonzero().squeeze(1)  # [b] rows with something to decide
+            live = (
+                (active.any(dim=1) | self.editing).nonzero().squeeze(1)
+            )  # [b] rows with something to decide
             if len(live) == 0:
                 break
             if not bool(torch.isin(live, self.sub_rows).all()):  # a row back in play: cut the full state
@@ -371,7 +348,8 @@ class Decode:
             elif len(live) < len(self.sub_rows):  # fewer rows than last step: cut the smaller state
                 self.sub = self.plan.cache.rows(self.sub, torch.searchsorted(self.sub_rows, live))
                 self.sub_rows = live
-            commit, tok, conf = step(
+            post += self.editing.long()
+            commit, rewrite, tok, conf = step(
                 self.model,
                 self.plan,
                 self.sub,
@@ -387,7 +365,10 @@ class Decode:
             )
             computed = torch.zeros(B, dtype=torch.long, device=c.tokens.device)
             computed[self.sub_rows] = 1
-            _apply(c, blk, commit, tok, conf, self.hooks, self.tokens.eot_id, edit)
+            _apply(c, blk, commit, tok, conf, self.hooks, self.tokens.eot_id, edit, rewrite)
+            if self.plan.revise is not None:  # a full block steps on while its last step changed it
+                changed = (commit | rewrite).any(dim=1) & c.fixed[:, blk].all(dim=1)  # [B]
+                self.editing = self.plan.revise.goes_on(changed, post)
             k, self.steps = k + 1, self.steps + 1
             for m in self.open:
                 n = int(computed[m.at : m.at + m.size].sum())
@@ -451,11 +432,13 @@ class Decode:
                 m.cancelled = True
                 self._finish(m)
                 self.c.fixed[m.at : m.at + m.size] = True  # nothing left to decide in its rows
+                self.editing[m.at : m.at + m.size] = False
 
     def _leave(self) -> None:
         """Members whose rows are all committed get their result now, not when the decode ends."""
         for m in self.open:
-            if bool(self.c.fixed[m.at : m.at + m.size].all()):
+            rows = slice(m.at, m.at + m.size)
+            if bool(self.c.fixed[rows].all()) and not bool(self.editing[rows].any()):
                 self._finish(m)
 
     def _finish(self, m: Member) -> None:

@@ -1,5 +1,5 @@
 """Open-weight diffusion code models from a Hugging Face directory (Dream, Open-dCoder, LLaDA, LLaDA-MoE,
-SDAR, Fast-dLLM v2, Stable-DiffCoder).
+SDAR, Fast-dLLM v2, Stable-DiffCoder, LLaDA2).
 
 Design decisions:
 - ``load_open_checkpoint(dir)`` returns the same ``Checkpoint`` (model/infer/checkpoint.py) our own
@@ -30,6 +30,7 @@ import torch
 
 from editserver.model.infer.checkpoint import Checkpoint
 from editserver.model.infer.config import CONTEXT_LENGTH, InferenceConfig
+from editserver.model.infer.hf import llada2
 from editserver.model.infer.hf.families import (
     EXPAND_NAME,
     UnsupportedModelError,
@@ -67,6 +68,10 @@ EVALUATED = {
     "fast-dllm-v2": 4096,  # v2/eval.py asserts prompt + target <= 4096 (NVlabs/Fast-dLLM)
     # no evaluation cut is published: its context, 8K (README table, ByteDance-Seed/Stable-DiffCoder)
     "stable-diffcoder": 8192,
+    # LLaDA2: no evaluated prompt length in the publisher's files read (dFactory, the LLaDA2.1 report);
+    # unchecked, SDAR's 4096 (docs/open-weights.md)
+    "llada2": 4096,
+    "llada2.1": 4096,
 }
 # families whose publisher's loop fills past the answer with end-of-text (eos), never a pad token:
 # Stable-DiffCoder's generate_block writes eos from the first eos on and stops there
@@ -105,10 +110,12 @@ def load_open_checkpoint(
         raise
     cfg = detect(raw, OpenTokenizer.find_mask(hf_tok, tok_cfg))
     cfg, expand_id = dreamon(cfg, raw, hf_tok.token_to_id(EXPAND_NAME))  # a Dream fine-tune's own family
+    # a pulled directory is a snapshot hash under models--OWNER--NAME: the name is above it
+    name = "/".join(d.resolve().parts[-3:])
     if cfg.block_size:  # block diffusion: the option, the repository name, then config.json
-        # a pulled directory is a snapshot hash under models--OWNER--NAME: the name is above it
-        name = "/".join(d.resolve().parts[-3:])
         cfg = dataclasses.replace(cfg, block_size=block_size_of(raw, name, block_size))
+    if cfg.family == "llada2":  # 2.0 and 2.1 share config.json: the name says which (hf/llada2.py)
+        cfg = dataclasses.replace(cfg, family=llada2.edition(name))
     shard_files(d)  # a missing shard fails before anything is built
     cfg = dataclasses.replace(
         cfg, max_seq_len=min(cfg.max_position_embeddings, max_context or CONTEXT_LENGTH)

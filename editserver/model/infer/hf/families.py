@@ -55,6 +55,7 @@ What was checked against the published files (2026-12-02, read through the searc
   4 and the mask the tokenizer's ``<[MASK_TOKEN]>``, else 5, that default's id (both defaults read in a
   public copy of the file, unchecked in the publisher's own). Logits are not shifted (``shift=False``
   in the README's call, ByteDance-Seed/Stable-DiffCoder @ece1ffb).
+- LLaDA2.0 / LLaDA2.1: model/infer/hf/llada2.py (its sources there); by ``LLaDA2MoeModelLM``.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from editserver.model.infer.hf import unserved
+from editserver.model.infer.hf import llada2, unserved
 from editserver.model.infer.hf.moe import MoeSpec, Softmax
 
 SUPPORTED = (
@@ -74,6 +75,7 @@ SUPPORTED = (
     "SDAR / TraDo (model_type 'sdar', block diffusion)",
     "Fast-dLLM v2 (architectures Fast_dLLM_QwenForCausalLM or bd_size, block diffusion)",
     "Stable-DiffCoder (architectures StableDiffcoderForCausalLM, block diffusion)",
+    "LLaDA2.0 / LLaDA2.1 (architectures LLaDA2MoeModelLM, block diffusion, mixture of experts)",
 )
 # Stable-DiffCoder's <[MASK_TOKEN]> first: a 155K code vocabulary may hold "<mask>" or "[MASK]" as
 # ordinary text pieces, and no other family's tokenizer spells the bracketed form
@@ -110,6 +112,7 @@ class OpenConfig:
     # > 0: block-causal attention, bidirectional inside each ``block_size`` block of absolute positions
     # and causal across blocks (block diffusion: SDAR); 0: full attention
     block_size: int = 0
+    rotary_dim: int = 0  # dims of each head the rotary turns, the first ones (LLaDA2: half); 0: all
 
 
 def _rope_theta(cfg: dict, default: float) -> float:
@@ -246,7 +249,8 @@ def block_size_of(raw: dict, name: str = "", override: int | None = None) -> int
     m = re.search(r"-b(8|16|32|64)(?:$|[-_./])", name)
     if m:
         return int(m.group(1))
-    default = FAST_DLLM_BLOCK if is_fast_dllm(raw) else SDAR_BLOCK  # Stable-DiffCoder's is 4 too
+    # Stable-DiffCoder's is 4 too
+    default = FAST_DLLM_BLOCK if is_fast_dllm(raw) else llada2.BLOCK if llada2.is_llada2(raw) else SDAR_BLOCK
     return int(raw.get("block_size") or raw.get("bd_size") or default)
 
 
@@ -341,6 +345,11 @@ def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
             "mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else STABLE_DIFFCODER_MASK
         )
         return _stable_diffcoder(cfg, int(mask))
+    if llada2.is_llada2(cfg):  # model/infer/hf/llada2.py; the mask is not in its config
+        if (why := llada2.refusal(cfg)) is not None:
+            raise UnsupportedModelError(why)
+        mask = cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else llada2.MASK)
+        return OpenConfig(**llada2.fields(cfg, int(mask)), rope_theta=_rope_theta(cfg, 10000.0))
     refuse_unserved(cfg)
     if mtype in ("qwen2", "llama", "mistral", "qwen3", "gpt2") or any("CausalLM" in a for a in archs):
         if mtype == "qwen2" and (tokenizer_mask_id is not None or cfg.get("mask_token_id") is not None):
@@ -415,4 +424,18 @@ def llada_moe_name(name: str) -> str | None:
 
 
 def renamer(family: str) -> Callable[[str], str | None]:
-    return {"llada": llada_name, "llada-moe": llada_moe_name}.get(family, qwen2_name)
+    named = {
+        "llada": llada_name,
+        "llada-moe": llada_moe_name,
+        "llada2": llada2.rename,
+        "llada2.1": llada2.rename,
+    }
+    return named.get(family, qwen2_name)
+
+
+def splitter(cfg: OpenConfig) -> Callable[[str], list[tuple[str, slice | None]]]:
+    """Our tensor name -> the parameters it fills, with the rows each takes (None: all of it): a
+    fused q/k/v weight (LLaDA2) fills three; every other tensor, itself."""
+    if cfg.family in llada2.FAMILIES:
+        return llada2.split(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+    return lambda name: [(name, None)]

@@ -10,6 +10,9 @@ Design decisions:
   dtype and moved to the device, and assigned as the parameter; each shard's mapping is closed before
   the next one opens. Peak memory is the weights in the serving dtype plus about one shard's
   mapped pages (tests/model/test_hf_load.py measures it).
+- A fused tensor (LLaDA2's ``query_key_value``) is cut into the parameters it stacks by a
+  per-family hook (model/infer/hf/families.py ``splitter``), so the loader names no family: each part
+  is a row slice read from the memory-mapped shard.
 - Every way a directory can be wrong is a ``ValueError``/``FileNotFoundError`` with one clear line: a
   shard the index names but the directory lacks, a tensor whose shape disagrees with the config, a
   tensor missing or left over, a vocabulary smaller than the tokenizer's ids, an unknown family.
@@ -23,7 +26,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from editserver.model.infer.hf.families import OpenConfig, renamer
+from editserver.model.infer.hf.families import OpenConfig, renamer, splitter
 from editserver.model.infer.hf.model import OpenModel
 
 WEIGHTS = "model.safetensors"
@@ -51,27 +54,39 @@ def load_weights(d: Path, cfg: OpenConfig, device: str, dtype: torch.dtype) -> O
     with torch.device("meta"):
         model = OpenModel(cfg)
     expected = dict(model.state_dict())  # meta tensors: shapes only
-    rename, seen = renamer(cfg.family), set()
+    rename, split, seen = renamer(cfg.family), splitter(cfg), set()
     for path in shard_files(d):
         with _open(path) as f:
             for name in f.keys():
                 ours = rename(name)
                 if ours is None or (ours == "lm_head.weight" and cfg.tie_embeddings):
                     continue  # rotary buffers; a tied head stored anyway
-                if ours not in expected:
+                parts = split(ours)  # [(parameter, rows)]: a fused tensor fills several
+                if any(p not in expected for p, _ in parts):
                     raise ValueError(f"unexpected tensor {name!r} in {path.name} for a {cfg.family} model")
-                shape = tuple(f.get_slice(name).get_shape())
-                want = tuple(expected[ours].shape)
+                sl = f.get_slice(name)
+                shape, want = tuple(sl.get_shape()), _fused_shape(expected, parts)
                 if shape != want:
                     raise ValueError(
                         f"tensor {name!r} in {path.name} has shape {list(shape)}, the config says {list(want)}"
                     )
-                _assign(model, ours, f.get_tensor(name).to(device=device, dtype=dtype))
-                seen.add(ours)
+                for p, rows in parts:
+                    value = f.get_tensor(name) if rows is None else sl[rows]
+                    _assign(model, p, value.to(device=device, dtype=dtype))
+                    seen.add(p)
     missing = sorted(set(expected) - seen)
     if missing:
         raise ValueError(f"{d} lacks weights: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
     return model.eval()
+
+
+def _fused_shape(expected: dict, parts: list[tuple[str, slice | None]]) -> tuple[int, ...]:
+    """The stored shape ``parts`` (model/infer/hf/families.py ``splitter``) come from: one parameter's
+    own, or its rows stacked along dim 0."""
+    first = tuple(expected[parts[0][0]].shape)
+    if parts[0][1] is None:
+        return first
+    return (sum(int(expected[p].shape[0]) for p, _ in parts), *first[1:])
 
 
 def _open(path: Path):

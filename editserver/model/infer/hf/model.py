@@ -11,6 +11,9 @@ Design decisions:
   dense LLaDA's (``modeling_lladamoe.py`` as copied in inclusionAI/dInfer
   ``tools/modeling_fused_lladamoe.py`` @fce4e32; tests/model/test_llada_moe.py holds a plain
   reference written from it).
+- LLaDA2 (model/infer/hf/llada2.py) is the same module too: its fused q/k/v weight is split at load,
+  q/k norms as LLaDA-MoE's, a partial rotary (``cfg.rotary_dim``: the first dims of each head turn,
+  frequencies over those dims, the rest pass through) and block-causal attention on 32-token blocks.
 - Hot-path ops go through ``model.infer.ops`` (rmsnorm, rotary, attention, swiglu), so the Triton
   kernels serve these models on CUDA exactly as they serve ours; on CPU the PyTorch references run.
 - No causal mask for the masked-diffusion families: they were trained with full attention over
@@ -68,6 +71,17 @@ class SelfAttention(nn.Module):
             self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
         self.qk_norm = cfg.qk_norm
+        self.rot = cfg.rotary_dim if 0 < cfg.rotary_dim < cfg.head_dim else 0  # partial rotary (LLaDA2)
+
+    def _rotate(self, q: torch.Tensor, k: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary on q [B, L, H, D], k [B, L, Hkv, D]; with a partial rotary only the first ``rot``
+        dims of each head turn (rotate-half pairs inside them), the rest pass through (LLaDA2's
+        ``apply_rotary_pos_emb``, inclusionAI/dFactory @92b6890)."""
+        if not self.rot:
+            return ops.rotary(q, k, cos, sin)
+        r = self.rot
+        qr, kr = ops.rotary(q[..., :r].contiguous(), k[..., :r].contiguous(), cos, sin)
+        return torch.cat([qr, q[..., r:]], dim=-1), torch.cat([kr, k[..., r:]], dim=-1)
 
     def forward(self, x, cos, sin, mask, past=None):
         B, L, _ = x.shape
@@ -77,10 +91,10 @@ class SelfAttention(nn.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_fp32:  # cos/sin stay fp32 (OpenModel._tables); the result returns to the weights' type
-            q, k = ops.rotary(q.float(), k.float(), cos, sin)
+            q, k = self._rotate(q.float(), k.float(), cos, sin)
             q, k = q.to(x.dtype), k.to(x.dtype)
         else:
-            q, k = ops.rotary(q, k, cos, sin)
+            q, k = self._rotate(q, k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, L, D]
         out = ops.attention(q, k, v, mask, past=past)  # [B, H, L, D]
         return self.o_proj(out.transpose(1, 2).reshape(B, L, -1)), k, v
@@ -140,7 +154,8 @@ class OpenModel(nn.Module):
             )
 
     def _tables(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = rope_tables(self.cfg.head_dim, pos, self.cfg.rope_theta)
+        rot = self.cfg.rotary_dim or self.cfg.head_dim  # a partial rotary's frequencies span its own dims
+        cos, sin = rope_tables(rot, pos, self.cfg.rope_theta)
         dtype = torch.float32 if self.cfg.family == "llada" else self.embed_tokens.weight.dtype
         return cos.to(dtype), sin.to(dtype)
 

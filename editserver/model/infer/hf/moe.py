@@ -1,4 +1,4 @@
-"""A mixture-of-experts feed-forward block for open-weight families (LLaDA-MoE now; LLaDA2 later).
+"""A mixture-of-experts feed-forward block for open-weight families (LLaDA-MoE, LLaDA2).
 
 Design decisions:
 - One block, its differences as data (``MoeSpec``): the number of experts and how many each token
@@ -13,11 +13,12 @@ Design decisions:
   enables it) added to those probabilities, top-k of the sum, no renormalisation (the block sets
   ``norm_topk_prob = False`` whatever the config says), the biased top-k values as the weights, cast
   to the hidden states' dtype, then the sum of weight * SwiGLU expert. ``LLADA_MOE_ROUTING`` is that.
-- LLaDA2 (not served yet) routes with a sigmoid, the bias for the choice only, 8 groups of which 4
+- LLaDA2 (model/infer/hf/llada2.py) routes with a sigmoid, the bias for the choice only, 8 groups of which 4
   are kept (a group scores the sum of its two best experts), renormalised weights times 2.5 and one
   shared expert (inclusionAI/dFactory ``models/llada2_moe/modeling_llada2_moe.py``
   ``LLaDA2MoeGate`` @92b6890); the spec has every one of these as a field, and a unit test covers
-  the group rule, but no LLaDA2 checkpoint is read.
+  the group rule, and tests/model/test_llada2.py a whole LLaDA2 directory; its router's matmul runs
+  in fp32 too (``router_fp32``), as its gate computes it.
 - Gather, not dense: a step decodes a 16-row canvas, so the block visits only the experts some
   token chose. Tokens are sorted by expert once, each visited expert runs on its own rows, and the
   weighted outputs are summed back with ``index_add_``. An expert no token chose is never read,
@@ -87,6 +88,7 @@ class MoeSpec:
     topk_groups: int = 1  # ... of which the best this many are kept
     shared_dim: int = 0  # width of a shared expert every token passes through; 0: none
     dense_layers: tuple[int, ...] = ()  # layers whose feed-forward is the dense MLP instead
+    router_fp32: bool = False  # the router's matmul itself in fp32 (LLaDA2), not only its scores
 
 
 class Expert(nn.Module):
@@ -105,13 +107,16 @@ class Expert(nn.Module):
 class Router(nn.Module):
     """The router's logits [T, E] in fp32 from hidden states [T, D] (a plain weight: module docstring)."""
 
-    def __init__(self, dim: int, n_experts: int):
+    def __init__(self, dim: int, n_experts: int, fp32: bool = False):
         super().__init__()
+        self.fp32 = fp32
         # random as nn.Linear's would be (a checkpoint's replaces it): equal logits would route every
         # token to the same experts in a randomly initialised benchmark model
         self.weight = nn.Parameter(torch.randn(n_experts, dim) * dim**-0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fp32:  # LLaDA2's gate: F.linear(h.float(), w.float())
+            return F.linear(x.float(), self.weight.float())
         return F.linear(x, self.weight).float()
 
 
@@ -123,7 +128,7 @@ class MoE(nn.Module):
         if spec.groups < 1 or spec.n_experts % spec.groups or not 1 <= spec.topk_groups <= spec.groups:
             raise ValueError(f"{spec.n_experts} experts cannot be split into {spec.groups} groups")
         self.spec = spec
-        self.gate = Router(dim, spec.n_experts)
+        self.gate = Router(dim, spec.n_experts, spec.router_fp32)
         self.experts = nn.ModuleList(Expert(dim, spec.expert_dim) for _ in range(spec.n_experts))
         if spec.expert_bias:
             self.expert_bias = nn.Parameter(torch.zeros(spec.n_experts), requires_grad=False)

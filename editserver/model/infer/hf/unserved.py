@@ -28,12 +28,6 @@ class Unserved:
 
 UNSERVED = (
     Unserved(
-        "LLaDA2.0 / LLaDA2.1",
-        "a block-diffusion mixture-of-experts model (256 experts, 8 per token, 32-token blocks)",
-        archs=("LLaDA2MoeModelLM", "LLaDA2MoeModel"),
-        model_types=("llada2_moe", "llada21_moe"),
-    ),
-    Unserved(
         "WeDLM",
         "a diffusion model decoded with causal attention and a KV cache, on Qwen3",
         archs=("WeDLMForCausalLM",),
