@@ -7,10 +7,13 @@ Design decisions:
   shifted logits or not, and its family's per-block rule (model/infer/plan.py ``BLOCK_RULES``), so a
   decode runs what the server runs for that family: ``Decode`` with a member whose canvas starts
   ``lead = context % block`` into its first block (``BlockLayout.lead``), on ``BlockCache``.
-- Random weights never pass a 0.9 threshold over a 151,936-token vocabulary, so both rules commit
-  one token per step (``BlockSchedule(0.9, 4)`` owes 1 of a 4-token block per step;
-  ``SubBlockThreshold`` commits its sub-block's best), as ``TopKRule(1)`` does for the in-place shapes:
-  ms per step compares across the two kinds.
+- One token a step for every shape: each family's rule with its threshold set above 1, so no
+  position ever passes it (``BlockSchedule`` then owes 1 of a 4-token block a step;
+  ``SubBlockThreshold`` commits its sub-block's best), as ``TopKRule(1)`` does for the in-place
+  shapes. Random weights can be confident (a tied head scores a token's own embedding highest, and
+  a shifted model reads the token before), which would let one family's rule commit several tokens a
+  step and another's not: with the same steps, ms per step and per answer compare the models and
+  their caches, not their random weights.
 - A block family takes no suffix rows: its FIM prompt holds the whole file, so a block shape's
   context is the same file text an in-place shape reads, in its layout's order
   (model/infer/layout.py): the chat template's (``BlockLayout``: SDAR, Fast-dLLM v2) is prefix,
@@ -38,6 +41,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,7 +71,7 @@ def _rule(family: str) -> Callable:
     def rule(b: int):
         from editserver.model.infer.plan import BLOCK_RULES
 
-        return BLOCK_RULES[family](b)
+        return dataclasses.replace(BLOCK_RULES[family](b), threshold=2.0)  # one token a step (docstring)
 
     return rule
 

@@ -220,7 +220,7 @@ def _timed(models, batch: int, args, device: str, variants, stores, specs) -> di
     first one a warm-up. Each decode follows the one before it on its store by one typed token."""
     from editserver.model.infer import ops
 
-    times: dict = {v: ([], [], [], []) for v in variants}
+    times: dict = {v: ([], [], [], [], []) for v in variants}
     for r in range(args.repeat + 1):  # the first round warms up (compilation, caches)
         for v in variants if r % 2 == 0 else variants[::-1]:
             ops.set_backend(v[1])
@@ -228,14 +228,17 @@ def _timed(models, batch: int, args, device: str, variants, stores, specs) -> di
             kw = {"rule": spec.rule(spec.block), "spm": spec.spm} if spec else {}
             ms, steps = decode_ms(model, batch, args, device, store, typed=3 * r, **kw)
             first, _ = decode_ms(model, batch, args, device, store, canvas=1, typed=3 * r + 1, **kw)
-            answer = 0.0
+            answer, answer_steps = 0.0, 0
             if args.answer:
-                answer, _ = decode_ms(model, batch, args, device, store, args.answer, 3 * r + 2, **kw)
+                answer, answer_steps = decode_ms(
+                    model, batch, args, device, store, args.answer, 3 * r + 2, **kw
+                )
             if r:
                 times[v][0].append(ms / steps)
                 times[v][1].append(first)
                 times[v][2].append(max(ms - first, 0.0) / max(steps - 1, 1))
                 times[v][3].append(answer)
+                times[v][4].append(answer_steps)
     ops.set_backend("auto")
     return times
 
@@ -262,10 +265,11 @@ def _answer_lines(out: dict, args, shapes: list[str], variants, names, reuse: li
     """The one-line answer's p50 per shape and backend at the smallest batch (reuse ``on`` if timed)."""
     batch = min(out["answer_ms"])
     use = "on" if "on" in reuse else reuse[0]
-    per = {}
+    per, steps = {}, {}
     for v in variants:
         if v[3] == use and v[2] == variants[0][2]:
             per.setdefault(v[0], {})[v[1]] = out["answer_ms"][batch][names[v]]
+            steps[v[0]] = out["answer_steps"][batch][names[v]]
     out["answer"] = {"batch": batch, "reuse": use, "tokens": args.answer, "p50_ms": per}
     suffix = f" + suffix {args.suffix}" if args.suffix else ""
     lines = [
@@ -275,7 +279,8 @@ def _answer_lines(out: dict, args, shapes: list[str], variants, names, reuse: li
     base = per[shapes[0]]
     for s in shapes:
         kind = f"block {BLOCK_SHAPES[s].block}, block cache" if s in BLOCK_SHAPES else "in place, dual cache"
-        lines.append(f"  {s:<22} {'(' + kind + ')':<26} " + "  ".join(
+        kind += f", {steps[s]:g} steps"
+        lines.append(f"  {s:<22} {'(' + kind + ')':<36} " + "  ".join(
             f"{b} {ms:9.1f} ms" + (f" x{ms / base[b]:.2f}" if s != shapes[0] and base.get(b) else "")
             for b, ms in per[s].items()
         ))  # fmt: skip
@@ -338,11 +343,11 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{'batch':>5} {'variant':<{width}} {'ms/step':>9} {'x floor':>7} {'later':>9} {'x floor':>7} {'answer ms':>10}"
     )
-    for key in ("first_ms", "later_ms", "answer_ms"):
+    for key in ("first_ms", "later_ms", "answer_ms", "answer_steps"):
         out[key] = {}
     for batch in [int(x) for x in args.batches.split(",") if x]:
         times = _timed(models, batch, args, device, variants, stores, specs)
-        for key, i in (("rows", 0), ("first_ms", 1), ("later_ms", 2), ("answer_ms", 3)):
+        for key, i in (("rows", 0), ("first_ms", 1), ("later_ms", 2), ("answer_ms", 3), ("answer_steps", 4)):
             out[key][batch] = {names[v]: round(statistics.median(t[i]), 3) for v, t in times.items()}
         for v in variants:
             step, later, floor = (
