@@ -1,4 +1,5 @@
-"""Our transformer for open-weight diffusion families (Qwen2 layout, LLaMA-like LLaDA, LLaDA-MoE), fully bidirectional.
+"""Our transformer for open-weight diffusion families (Qwen2/Qwen3/Llama layouts, LLaDA, the MoE
+families), with full or block-causal attention.
 
 Design decisions:
 - One module for every family (model/infer/hf/families.py ``OpenConfig``): q/k/v biases on or off,
