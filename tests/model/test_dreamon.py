@@ -83,10 +83,10 @@ def ours(engine: Engine, req: FimRequest) -> tuple[list[int], list[tuple[int, in
     trace, canvas = [], []
     real = sampler._apply
 
-    def spy(c, blk, commit, tok, conf, hooks, eot, edit=None):
+    def spy(c, blk, commit, tok, conf, hooks, eot, edit=None, rewrite=None):
         for pos in commit[0].nonzero()[:, 0].tolist():
             trace.append((blk.start + pos, int(tok[0, pos])))
-        real(c, blk, commit, tok, conf, hooks, eot, edit)
+        real(c, blk, commit, tok, conf, hooks, eot, edit, rewrite)
         canvas[:] = c.tokens[0].tolist()
 
     sampler._apply = spy

@@ -60,9 +60,9 @@ def test_published_loop_chooses_the_same_tokens_step_by_step(name, tmp_path):
     real_apply = sampler._apply
 
     def spy(
-        c, blk, commit, tok, conf, hooks, eot, edit=None
+        c, blk, commit, tok, conf, hooks, eot, edit=None, rewrite=None
     ):  # the canvas after each step, before any early end
-        real_apply(c, blk, commit, tok, conf, sampler.Hooks(), eot, edit)
+        real_apply(c, blk, commit, tok, conf, sampler.Hooks(), eot, edit, rewrite)
         seen.append(c.tokens[0, :n].tolist())
 
     sampler._apply = spy
