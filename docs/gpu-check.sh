@@ -56,7 +56,8 @@ python -m editserver.cli bench step --shape qwen2-0.5b,fast-dllm-v2-1.5b,sdar-1.
   --canvas 16 --context 512 --reuse off,on --repeat 5 --dtype bfloat16 --bandwidth-mib 4096 \
   --json "$OUT/step-block-small.json" 2>&1 | tee "$OUT/step-block-small.txt"
 # LLaDA2.0/2.1-mini at its real shape (random weights: 16B in all, 256 experts, 8 a token, sigmoid
-# group routing): ms per step and the expert bytes a 16-row canvas reads, bf16.
+# group routing), on its 32-token block grid and the block cache: ms per step and the expert bytes a
+# 16-row canvas reads, bf16.
 python -m editserver.cli bench step --shape llada2-mini --batches 1,16 --canvas 16 --context 512 --repeat 3 \
   --dtype bfloat16 --json "$OUT/step-llada2-mini.json" 2>&1 | tee "$OUT/step-llada2-mini.txt"
 # The typing replay at 7B through two servers (context reuse off and on): needs a downloaded 7B

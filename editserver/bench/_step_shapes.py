@@ -47,6 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from editserver.bench.kernels import OpShapes
+from editserver.model.infer.hf import llada2
+from editserver.model.infer.hf.moe import MoeSpec
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class BlockShape:
     shift: bool = False
     rope_theta: float = 1e6
     spm: bool = False  # suffix-prefix-middle prompt (Stable-DiffCoder), else the chat template's order
+    moe: MoeSpec | None = None  # routed experts (LLaDA2, model/infer/hf/moe.py)
+    rotary_dim: int = 0  # a partial rotary's rotated dims (LLaDA2); 0: the whole head
 
 
 def _rule(family: str) -> Callable:
@@ -80,6 +84,15 @@ _sdar_rule, _fast_rule = _rule("sdar"), _rule("fast-dllm-v2")
 
 
 _QWEN25_7B = OpShapes(3584, 28, 4, 128, 18944, 152_064, 28)
+# LLaDA2.0/2.1-mini (inclusionAI/dFactory @92b6890 configs/model_configs/llada2_mini/config.json): 20
+# layers, hidden 2048, 16 heads of 128, 4 kv heads, the first layer dense (5120), then 256 experts of
+# 512, 8 a token, one shared, sigmoid routing in 8 groups of which 4 are kept; half of each head
+# rotated; 32-token blocks and 2.0's rule
+LLADA2_MINI = OpShapes(2048, 16, 4, 128, 5120, 157_184, 20, norm_eps=1e-6)
+LLADA2_MINI_MOE = llada2.spec(
+    {"num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512, "routed_scaling_factor": 2.5,
+     "n_group": 8, "topk_group": 4, "num_shared_experts": 1, "first_k_dense_replace": 1}
+)  # fmt: skip
 BLOCK_SHAPES = {
     "fast-dllm-v2-1.5b": BlockShape(
         OpShapes(1536, 12, 2, 128, 8960, 151_936, 28), "fast-dllm-v2", 32, _fast_rule,
@@ -94,6 +107,9 @@ BLOCK_SHAPES = {
     ),
     "tiny-spm-block": BlockShape(
         OpShapes(64, 4, 2, 16, 128, 512, 2), "stable-diffcoder", 4, _rule("stable-diffcoder"), spm=True
+    ),
+    "llada2-mini": BlockShape(
+        LLADA2_MINI, "llada2", 32, _rule("llada2"), qk_norm=True, moe=LLADA2_MINI_MOE, rotary_dim=64
     ),
     # a tiny block shape for tests: SDAR's options at block 4
     "tiny-block": BlockShape(OpShapes(64, 4, 2, 16, 128, 512, 2), "sdar", 4, _sdar_rule, qk_norm=True),
@@ -113,6 +129,7 @@ def block_model(spec: BlockShape, ops: OpShapes, device: str, dtype):
         rope_theta=spec.rope_theta, norm_eps=ops.norm_eps, qkv_bias=spec.qkv_bias,
         tie_embeddings=spec.tie, max_position_embeddings=32768, shift=spec.shift,
         mask_id=ops.vocab_size - 1, max_seq_len=32768, qk_norm=spec.qk_norm, block_size=spec.block,
+        moe=spec.moe, rotary_dim=spec.rotary_dim,
     )  # fmt: skip
     torch.manual_seed(0)
     with torch.device(device):

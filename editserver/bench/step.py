@@ -27,8 +27,8 @@ Design decisions:
   experts); ``--layers N`` builds fewer layers where the whole model does not fit in memory. For the
   MoE shape the run also prints what a step's canvas reads of the experts (``expert_reads``): the
   floor beside it counts every expert, which a 16-row canvas nearly reaches. ``llada2-mini`` is
-  LLaDA2.0/2.1-mini's shape and routing (model/infer/hf/llada2.py), timed on the same in-place dual
-  cache path (its block-causal grid left out: a step's matmuls and expert reads are the same).
+  LLaDA2.0/2.1-mini's shape and routing (model/infer/hf/llada2.py), a block shape (below) with its
+  experts, so it prints what a step reads of them too.
 - ``--quantize none,int8`` times the bf16/fp32 weights against weight-only int8 (model/infer/quant.py)
   in the same interleaved rounds, each against its own floor.
 - Block-diffusion shapes (``fast-dllm-v2-1.5b``, ``sdar-1.7b``, ...; bench/_step_shapes.py) decode on
@@ -55,7 +55,6 @@ from pathlib import Path
 
 from editserver.bench._step_shapes import BLOCK_SHAPES, block_model, decode_ms
 from editserver.bench.kernels import SHAPES, OpShapes
-from editserver.model.infer.hf import llada2
 from editserver.model.infer.hf.moe import MoeSpec
 
 TINY = OpShapes(64, 4, 2, 16, 128, 512, 2)
@@ -63,18 +62,9 @@ TINY = OpShapes(64, 4, 2, 16, 128, 512, 2)
 # 8 per token, vocabulary 157,184; all but the layer count from third-party notes, consistent with the
 # 14.7 GB bf16 listing) and a dense model of the same total size: one SwiGLU of width 64 x 1024
 MOE_SHAPE = OpShapes(2048, 16, 16, 128, 0, 157_184, 16, norm_eps=1e-5)
-# LLaDA2.0/2.1-mini (inclusionAI/dFactory @92b6890 configs/model_configs/llada2_mini/config.json): 20
-# layers, hidden 2048, 16 heads of 128, 4 kv heads, the first layer dense (5120), then 256 experts of
-# 512, 8 a token, one shared, sigmoid routing in 8 groups of which 4 are kept; half of each head rotated
-LLADA2_MINI = OpShapes(2048, 16, 4, 128, 5120, 157_184, 20, norm_eps=1e-6)
-LLADA2_MINI_MOE = llada2.spec(
-    {"num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512, "routed_scaling_factor": 2.5,
-     "n_group": 8, "topk_group": 4, "num_shared_experts": 1, "first_k_dense_replace": 1}
-)  # fmt: skip
 MOE_SHAPES = {
     "llada-moe-7b-a1b": (MOE_SHAPE, MoeSpec(n_experts=64, top_k=8, expert_dim=1024)),
     "dense-7b-as-llada-moe": (dataclasses.replace(MOE_SHAPE, ffn_dim=64 * 1024), None),
-    "llada2-mini": (LLADA2_MINI, LLADA2_MINI_MOE),
 }
 
 
@@ -141,8 +131,6 @@ def _model(shape: OpShapes, device: str, dtype, moe: MoeSpec | None = None):
     )  # fmt: skip
     if moe is not None:  # LLaDA-MoE: q/k norms, no q/k/v bias, the routed block on every layer
         cfg = dataclasses.replace(cfg, family="llada-moe", qkv_bias=False, shift=False, qk_norm=True, moe=moe)
-    if moe is not None and moe.router_fp32:  # LLaDA2: half of each head rotated, its dense first layer
-        cfg = dataclasses.replace(cfg, family="llada2", rotary_dim=shape.head_dim // 2)
     torch.manual_seed(0)
     with torch.device(device):
         model = OpenModel(cfg)
@@ -258,7 +246,8 @@ def _build(name: str, args, device: str, dtype, quants: list[str]) -> tuple[dict
         else (lambda: _model(shape, device, dtype, moe))
     )
     models = {q: quantize(make(), q) for q in quants}
-    return models, spec, expert_reads(models[quants[0]], args.canvas) if moe is not None else None
+    routed = moe is not None or (spec is not None and spec.moe is not None)
+    return models, spec, expert_reads(models[quants[0]], args.canvas) if routed else None
 
 
 def _answer_lines(out: dict, args, shapes: list[str], variants, names, reuse: list[str]) -> list[str]:

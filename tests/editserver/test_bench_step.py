@@ -117,6 +117,20 @@ def test_block_shapes_have_the_published_parameter_counts() -> None:
         assert model.cfg.block_size == (32 if name.startswith("fast") else 4)
 
 
+def test_llada2_mini_is_a_block_shape_of_its_published_size() -> None:
+    """LLaDA2-mini decodes on the block grid with its experts: 16B parameters in all (the publisher's
+    "16B"; embeddings, a dense first layer, 19 layers of 256 experts and a shared one), 32-token
+    blocks, half of each head rotated."""
+    import torch
+
+    from editserver.bench._step_shapes import BLOCK_SHAPES, block_model
+
+    spec = BLOCK_SHAPES["llada2-mini"]
+    model = block_model(spec, spec.ops, "meta", torch.float32)
+    assert 16.0e9 < model.num_parameters() < 16.5e9
+    assert model.cfg.block_size == 32 and model.cfg.rotary_dim == 64 and model.cfg.moe.n_experts == 256
+
+
 @pytest.mark.parametrize("name", ["tiny-block", "tiny-spm-block"])
 def test_a_block_shapes_typed_decode_reuses_the_head_of_the_file(name) -> None:
     """On the prefix store, each decode one typed token after the one before reuses the context's
