@@ -155,6 +155,17 @@ class InPlaceLayout:
             ExpandDelete(expand, tok.eos_id) if family == "dreamon" and expand is not None else None
         )
 
+    def _cut(
+        self, pre: list[int], suf: list[int], canvas: int, window: int | None
+    ) -> tuple[list[int], list[int], int]:
+        """(prefix, suffix, tokens dropped) within ``window`` beside the canvas and the layout's own
+        tokens (``fim_overhead``): the prefix keeps what the suffix leaves, and at least a quarter."""
+        if window is None:
+            return pre, suf, 0
+        budget = max(window // 2, window - min(canvas, window) - self.fim_overhead)
+        n_suf, n_pre = fim_window(len(suf), len(pre), budget)
+        return pre[len(pre) - n_pre :], suf[:n_suf], len(pre) - n_pre + len(suf) - n_suf
+
     def _lead(self, ids: list[int]) -> list[int]:
         """A shifted family reads the canvas's first token from the position before it."""
         if ids or not self.shift:
@@ -164,12 +175,7 @@ class InPlaceLayout:
     def fim(
         self, pre: list[int], suf: list[int], canvas: int, window: int | None
     ) -> tuple[list[int], list[int] | None, int]:
-        dropped = 0
-        if window is not None:
-            budget = max(window // 2, window - min(canvas, window) - self.fim_overhead)
-            n_suf, n_pre = fim_window(len(suf), len(pre), budget)  # the prefix gets what the suffix leaves
-            dropped = len(pre) - n_pre + len(suf) - n_suf
-            pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
+        pre, suf, dropped = self._cut(pre, suf, canvas, window)
         ctx = self.head + pre if self.head else self._lead(pre)
         return ctx, suf + self.tail, dropped
 
@@ -235,12 +241,7 @@ class BlockLayout(InPlaceLayout):
     def fim(
         self, pre: list[int], suf: list[int], canvas: int, window: int | None
     ) -> tuple[list[int], list[int] | None, int]:
-        dropped = 0
-        if window is not None:
-            budget = max(window // 2, window - min(canvas, window) - self.fim_overhead)
-            n_suf, n_pre = fim_window(len(suf), len(pre), budget)
-            dropped = len(pre) - n_pre + len(suf) - n_suf
-            pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
+        pre, suf, dropped = self._cut(pre, suf, canvas, window)
         text = self.tok.decode(pre) + HOLE + self.tok.decode(suf)
         return self.tok.encode_chat(FIM_ASK.format(hole=HOLE, text=text)), None, dropped
 
@@ -270,12 +271,7 @@ class SpmBlockLayout(BlockLayout):
     def fim(
         self, pre: list[int], suf: list[int], canvas: int, window: int | None
     ) -> tuple[list[int], list[int] | None, int]:
-        dropped = 0
-        if window is not None:
-            budget = max(window // 2, window - min(canvas, window) - self.fim_overhead)
-            n_suf, n_pre = fim_window(len(suf), len(pre), budget)  # the prefix gets what the suffix leaves
-            dropped = len(pre) - n_pre + len(suf) - n_suf
-            pre, suf = pre[len(pre) - n_pre :], suf[:n_suf]
+        pre, suf, dropped = self._cut(pre, suf, canvas, window)
         s, p, m = self.tags
         return [*self.head, s, *suf, p, *pre, m], None, dropped
 
