@@ -141,10 +141,8 @@ class Engine:
         bidirectional models, so each default follows ``editserver bench keystrokes``
         (docs/experiments.md); for block-diffusion models they are exact and reuse is on."""
         if mb is None:
-            exact = (
-                getattr(self.cache, "exact", False) and self.block_size
-            )  # block diffusion's reuse is exact
-            mb = DEFAULT_MB.get(self.family, DEFAULT_MB["block" if exact else "open"])
+            # block diffusion's reuse is exact (model/infer/block_cache.py)
+            mb = DEFAULT_MB.get(self.family, DEFAULT_MB["block" if self.block_size else "open"])
         if mb < 0:
             raise ValueError(f"prefix cache size must be at least 0 MiB, got {mb}")
         self.prefix = PrefixStore(int(mb * 2**20), suffix=suffix) if mb > 0 else None
@@ -184,12 +182,12 @@ class Engine:
     @property
     def block_size(self) -> int | None:
         """A block-diffusion model's block in use (model/infer/layout.py ``BlockLayout``); None otherwise."""
-        return getattr(self.layout, "block", None)
+        return self.layout.block or None
 
     @property
     def fim_route(self) -> str:
         """How FIM requests reach the model: fim-tokens (ours), in-place or chat (the chat template)."""
-        return getattr(self.layout, "route", "fim-tokens" if self.family == "editserver" else "in-place")
+        return self.layout.route
 
     @property
     def dtype(self) -> str:
@@ -264,7 +262,7 @@ class Engine:
         """Everything the request's decode needs (model/infer/plan.py); ValueError on bad options."""
         kind = self.kind_of(req)
         edit = self.layout.canvas_edit if kind != "edit" else None  # FIM only: what the family was tuned for
-        if getattr(self.layout, "block", 0):  # block diffusion (model/infer/plan.py ``block_plan``)
+        if self.layout.block:  # block diffusion (model/infer/plan.py ``block_plan``)
             cache = self.layout.exact_cache if req.options.published else self.cache
             rule = block_rule(self.family, self.layout.block, req.options.published)
             revise = BLOCK_EDITS.get(self.family)  # LLaDA2.1's token editing (model/infer/token_edit.py)
@@ -344,7 +342,7 @@ class Engine:
 
         hooks = self._hooks(rows, contexts, [list(range(len(rows)))])
         decode_rows = self.layout.rows(contexts, suffixes, canvas_lens, self.inference, self.device)
-        lead = self.layout.lead(contexts[0]) if hasattr(self.layout, "lead") else 0  # block grid
+        lead = self.layout.lead(contexts[0])  # into its first block (block grid; else 0)
         return Member(decode_rows, canvas_len, first, hooks, done, lead)
 
     def _layout(self, reqs: list[FimRequest | EditRequest]) -> tuple[list, list, list[int], list, list[int]]:
@@ -427,8 +425,7 @@ class Engine:
                 c.threshold = self.inference.edit_threshold(r.cross_file)
                 c.above_threshold = (not c.unchanged) and c.score >= c.threshold
             else:
-                if hasattr(self.layout, "fim_answer"):  # FIM through a chat template
-                    c.text = self.layout.fim_answer(c.text)
+                c.text = self.layout.fim_answer(c.text)  # inside a chat answer's fence (BlockLayout)
                 c.threshold = self.inference.fim_threshold
                 c.above_threshold = bool(c.text.strip()) and c.score >= c.threshold
             out.append(c)

@@ -5,6 +5,9 @@ Design decisions:
   the cache policy the family decodes with (and its exact reference), and turns a decoded edit answer
   back into region text. The engine asks its layout and never the family; the loop
   (model/infer/sampler.py) sees only Rows and a policy.
+- ``Layout`` holds what the engine asks every layout and most answer alike: the FIM route, the block
+  grid (none: ``block`` 0, ``lead`` 0) and the FIM answer in the decoded text (all of it); the
+  engine asks and never tests which layout it has.
 - ``OwnLayout``: this project's checkpoints. FIM is ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>``
   then the canvas; an edit is the prompt, ``<|rewrite|>``, then the canvas (at the region's rotary
   positions when the checkpoint was trained so). The context never attends to the canvas, so the
@@ -71,11 +74,27 @@ def _pad(seqs: list[list[int]], fill: int, device) -> tuple[torch.Tensor, torch.
     return ids.to(device), torch.tensor([len(s) for s in seqs], device=device)
 
 
-class OwnLayout:
+class Layout:
+    """What every layout answers the engine the same way unless it says otherwise."""
+
+    route = "in-place"  # how a FIM request reaches the model (/v1/models, each answer's fim_route)
+    block = 0  # the model's block grid (block diffusion); 0: none
+
+    def lead(self, context: list[int]) -> int:
+        """Canvas columns into its first block: none without a block grid."""
+        return 0
+
+    def fim_answer(self, text: str) -> str:
+        """The FIM answer in the decoded text: all of it."""
+        return text
+
+
+class OwnLayout(Layout):
     """This project's FIM and next-edit layouts (the training layouts, model/train/data.py)."""
 
     family = "editserver"
     fim_overhead = 3  # the three FIM tags
+    route = "fim-tokens"
 
     def __init__(self, tok):
         self.tok = tok
@@ -137,7 +156,7 @@ INFILL = {
 }
 
 
-class InPlaceLayout:
+class InPlaceLayout(Layout):
     """Open-weight diffusion models: the canvas in place between prefix and suffix (module docstring)."""
 
     def __init__(self, tok, family: str, shift: bool):
@@ -290,7 +309,7 @@ def fim_tags(tok, family: str) -> tuple[int, int, int] | None:
     return None if any(i is None for i in ids) else ids  # type: ignore[return-value]
 
 
-def layout_for(checkpoint) -> OwnLayout | InPlaceLayout:
+def layout_for(checkpoint) -> Layout:
     """The layout of a loaded checkpoint (model/infer/checkpoint.py)."""
     block = getattr(checkpoint.model.cfg, "block_size", 0)
     if block and checkpoint.family != "editserver":
