@@ -243,13 +243,9 @@ class PrefixStore:
                 if best is None or r.tokens > best.tokens:
                     best, best_key = r, key
             if best is None or best.tokens < min(self.min_reuse, limit) or best.tokens == 0:
-                self.misses += 1
-                self.computed_tokens += len(ids)
+                self._count(None, 0, len(ids))
                 return None
-            self._entries.move_to_end(best_key)
-            self.hits += 1
-            self.reused_tokens += best.tokens
-            self.computed_tokens += len(ids) - best.tokens
+            self._count(best_key, best.tokens, len(ids))
             return best
 
     def lookup_blocks(self, ids: torch.Tensor, block: int, limit: int) -> tuple[Entry, int] | None:
@@ -267,14 +263,21 @@ class PrefixStore:
                 if n > best:
                     best, best_key = n, key
             if best_key is None or best < min(self.min_reuse, limit):
-                self.misses += 1
-                self.computed_tokens += len(ids)
+                self._count(None, 0, len(ids))
                 return None
-            self._entries.move_to_end(best_key)
-            self.hits += 1
-            self.reused_tokens += best
-            self.computed_tokens += len(ids) - best
+            self._count(best_key, best, len(ids))
             return self._entries[best_key], best
+
+    def _count(self, key: int | None, reused: int, length: int) -> None:
+        """Count a lookup of ``length`` tokens that reuses ``reused`` of them from entry ``key`` (None:
+        a miss), which becomes the most recently used. Called under the lock."""
+        self.computed_tokens += length - reused
+        if key is None:
+            self.misses += 1
+            return
+        self._entries.move_to_end(key)
+        self.hits += 1
+        self.reused_tokens += reused
 
     def put(self, ids: torch.Tensor, kv: KV) -> bool:
         """Keep ``kv`` (per layer (k, v) [1, Hkv, L, D], copied) for ``ids`` [L]; False when one entry
