@@ -318,38 +318,33 @@ def refuse_unserved(cfg: dict) -> None:
         raise UnsupportedModelError(line)
 
 
+def _mask(cfg: dict, tokenizer_mask_id: int | None, default: int) -> int:
+    """The mask id: config.json's ``mask_token_id``, else the tokenizer's mask token, else the
+    publisher's default for the family."""
+    return int(cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else default))
+
+
 def detect(cfg: dict, tokenizer_mask_id: int | None) -> OpenConfig:
     """The family of a Hugging Face ``config.json``; UnsupportedModelError for anything else."""
     mtype = str(cfg.get("model_type", "")).lower()
     archs = [str(a) for a in cfg.get("architectures") or []]
     if mtype == "dream" or "DreamModel" in archs:
-        mask = cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else 151666)
-        return _qwen2(cfg, "dream", int(mask))
+        return _qwen2(cfg, "dream", _mask(cfg, tokenizer_mask_id, 151666))
     if is_llada_moe(cfg):
-        mask = cfg.get(
-            "mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else LLADA_MOE_MASK
-        )
-        return _llada_moe(cfg, int(mask))
+        return _llada_moe(cfg, _mask(cfg, tokenizer_mask_id, LLADA_MOE_MASK))
     if mtype == "llada" or "LLaDAModelLM" in archs:
         return _llada(cfg, int(cfg.get("mask_token_id", 126336)))
     if is_sdar(cfg):
-        mask = cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else SDAR_MASK)
-        return _sdar(cfg, int(mask))
+        return _sdar(cfg, _mask(cfg, tokenizer_mask_id, SDAR_MASK))
     if is_fast_dllm(cfg):  # the mask is not in its config: the tokenizer's |<MASK>|, else 151665
-        mask = cfg.get(
-            "mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else FAST_DLLM_MASK
-        )
-        return _fast_dllm(cfg, int(mask))
+        return _fast_dllm(cfg, _mask(cfg, tokenizer_mask_id, FAST_DLLM_MASK))
     if is_stable_diffcoder(cfg):  # the mask: its tokenizer's <[MASK_TOKEN]>, else 5
-        mask = cfg.get(
-            "mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else STABLE_DIFFCODER_MASK
-        )
-        return _stable_diffcoder(cfg, int(mask))
+        return _stable_diffcoder(cfg, _mask(cfg, tokenizer_mask_id, STABLE_DIFFCODER_MASK))
     if llada2.is_llada2(cfg):  # model/infer/hf/llada2.py; the mask is not in its config
         if (why := llada2.refusal(cfg)) is not None:
             raise UnsupportedModelError(why)
-        mask = cfg.get("mask_token_id", tokenizer_mask_id if tokenizer_mask_id is not None else llada2.MASK)
-        return OpenConfig(**llada2.fields(cfg, int(mask)), rope_theta=_rope_theta(cfg, 10000.0))
+        mask = _mask(cfg, tokenizer_mask_id, llada2.MASK)
+        return OpenConfig(**llada2.fields(cfg, mask), rope_theta=_rope_theta(cfg, 10000.0))
     refuse_unserved(cfg)
     if mtype in ("qwen2", "llama", "mistral", "qwen3", "gpt2") or any("CausalLM" in a for a in archs):
         if mtype == "qwen2" and (tokenizer_mask_id is not None or cfg.get("mask_token_id") is not None):
