@@ -92,6 +92,8 @@ def stop_hook(
             if turn_ends.intersection(toks):
                 out[b] = True
                 continue
+            if not row and end is None:
+                continue  # no stop string and no end test: nothing to decode the text for
             text = decode(toks)
             out[b] = any(x in text for x in row) or (end is not None and end(text))
         return out
