@@ -222,3 +222,22 @@ def test_served_over_http_with_its_block_and_fim_route(tmp_path):
     """The SDAR directory served with ``--block-size 8`` over its config's 4."""
     d, _ = make_sdar(tmp_path / "model")
     assert_served(d, tmp_path, "sdar", 8, "--block-size", "8")
+
+
+@pytest.mark.parametrize("model", ["dream", "shipped"])
+def test_block_size_for_a_model_without_blocks_exits_2(tmp_path, model):
+    """Through the real CLI: ``--block-size`` would change nothing for a model that denoises its whole
+    answer at once (an open in-place family, or our own checkpoint), so it is one clear line, exit 2."""
+    import subprocess
+    import sys
+
+    from tests.hf_models import make_dream
+
+    args = ["--model", str(make_dream(tmp_path / "Dream-v0-Instruct-7B")[0])] if model == "dream" else []
+    cmd = [sys.executable, "-m", "editserver.cli.main", "serve", *args, "--block-size", "8", "--port", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    lines = [x for x in out.stderr.splitlines() if x.startswith("editserver serve:")]
+    assert out.returncode == 2, out.stderr
+    assert len(lines) == 1 and "--block-size applies to block-diffusion models" in lines[0], out.stderr
+    assert ("family dream" in lines[0]) if model == "dream" else ("an editserver checkpoint" in lines[0])
+    assert "Traceback" not in out.stderr

@@ -36,7 +36,7 @@ from editserver.model.infer.checkpoint import (
     serving_dtype,
 )
 from editserver.model.infer.config import InferenceConfig, ModelConfig
-from editserver.model.infer.hf import is_open_dir, load_open_checkpoint
+from editserver.model.infer.hf import is_open_dir, load_open_checkpoint, not_block
 from editserver.model.infer.hub import resolve_model
 from editserver.model.infer.tokenizer import Tokenizer
 from editserver.model.infer.transformer import Transformer
@@ -63,6 +63,8 @@ def load_checkpoint(
     if is_open_dir(d):
         dtype = serving_dtype(dtype, device) if isinstance(dtype, str) else dtype
         return load_open_checkpoint(d, device, dtype, max_context, chat_template, block_size)
+    if block_size is not None:  # an option that would change nothing is an error, not a no-op
+        raise ValueError(not_block(f"{d} (an editserver checkpoint)"))
     if isinstance(dtype, str):
         dtype = torch.float32 if dtype == "auto" else serving_dtype(dtype, device)
     return load_native_checkpoint(d, device, dtype)

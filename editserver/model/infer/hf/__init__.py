@@ -37,12 +37,13 @@ from editserver.model.infer.hf.families import (
     block_size_of,
     detect,
     dreamon,
+    not_block,
     refuse_unserved,
 )
 from editserver.model.infer.hf.loader import load_weights, shard_files
 from editserver.model.infer.hf.tokenizer import OpenTokenizer, choose_template, read_tokenizer
 
-__all__ = ["UnsupportedModelError", "is_open_dir", "load_open_checkpoint", "open_inference"]
+__all__ = ["UnsupportedModelError", "is_open_dir", "load_open_checkpoint", "not_block", "open_inference"]
 
 
 def is_open_dir(d: Path) -> bool:
@@ -114,6 +115,8 @@ def load_open_checkpoint(
     name = "/".join(d.resolve().parts[-3:])
     if cfg.block_size:  # block diffusion: the option, the repository name, then config.json
         cfg = dataclasses.replace(cfg, block_size=block_size_of(raw, name, block_size))
+    elif block_size is not None:  # an option that would change nothing is an error, not a no-op
+        raise ValueError(not_block(f"{d.name} (family {cfg.family})"))
     if cfg.family == "llada2":  # 2.0 and 2.1 share config.json: the name says which (hf/llada2.py)
         cfg = dataclasses.replace(cfg, family=llada2.edition(name))
     shard_files(d)  # a missing shard fails before anything is built

@@ -238,6 +238,14 @@ def is_sdar(cfg: dict) -> bool:
     return str(cfg.get("model_type", "")).lower() == "sdar" or any(a in SDAR_ARCHS for a in archs)
 
 
+def not_block(what: str) -> str:
+    """The error for ``--block-size`` given to a model that does not decode block by block."""
+    return (
+        f"--block-size applies to block-diffusion models (SDAR, TraDo, Fast-dLLM v2, Stable-DiffCoder, "
+        f"LLaDA2); {what} denoises its whole answer at once, so leave the option out"
+    )
+
+
 def block_size_of(raw: dict, name: str = "", override: int | None = None) -> int:
     """The block a block-diffusion directory decodes with: ``override`` (``--block-size``), else a
     ``-b8`` ... ``-b64`` in its repository ``name`` (variants fine-tuned at that block), else
