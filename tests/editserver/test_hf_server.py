@@ -174,3 +174,16 @@ def test_chat_template_flag_is_checked_before_loading(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=quiet_env())
     assert r.returncode == 2 and "--chat-template must be auto, none or a file" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_chat_template_file_for_our_checkpoint_exits_2(tmp_path):
+    """Our checkpoint writes its own prompts: a template file would change nothing, so it is one clear
+    line and exit 2 rather than silently ignored."""
+    (tmp_path / "template.jinja").write_text("{{ messages[0]['content'] }}")
+    arg = str(tmp_path / "template.jinja")
+    cmd = [sys.executable, "-m", "editserver.cli.main", "serve", "--chat-template", arg, "--port", "0"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=quiet_env())
+    lines = [x for x in r.stderr.splitlines() if x.startswith("editserver serve:")]
+    assert r.returncode == 2, r.stderr
+    assert len(lines) == 1 and "--chat-template applies to open-weight models" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr

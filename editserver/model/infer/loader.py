@@ -63,8 +63,14 @@ def load_checkpoint(
     if is_open_dir(d):
         dtype = serving_dtype(dtype, device) if isinstance(dtype, str) else dtype
         return load_open_checkpoint(d, device, dtype, max_context, chat_template, block_size)
-    if block_size is not None:  # an option that would change nothing is an error, not a no-op
+    # an option that would change nothing is an error, not a no-op
+    if block_size is not None:
         raise ValueError(not_block(f"{d} (an editserver checkpoint)"))
+    if chat_template not in ("auto", "none"):  # none is what it does anyway
+        raise ValueError(
+            f"--chat-template applies to open-weight models; {d} (an editserver checkpoint) writes its "
+            "own prompts, so leave the option out"
+        )
     if isinstance(dtype, str):
         dtype = torch.float32 if dtype == "auto" else serving_dtype(dtype, device)
     return load_native_checkpoint(d, device, dtype)
