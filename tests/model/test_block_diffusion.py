@@ -241,3 +241,18 @@ def test_block_size_for_a_model_without_blocks_exits_2(tmp_path, model):
     assert len(lines) == 1 and "--block-size applies to block-diffusion models" in lines[0], out.stderr
     assert ("family dream" in lines[0]) if model == "dream" else ("an editserver checkpoint" in lines[0])
     assert "Traceback" not in out.stderr
+
+
+def test_prefix_cache_suffix_for_a_block_model_exits_2(tmp_path):
+    """Under block-causal attention nothing after a change is reusable, so ``--prefix-cache-suffix``
+    would change nothing: one clear line, exit 2, through the real CLI."""
+    import subprocess
+    import sys
+
+    d, _ = make_sdar(tmp_path / "SDAR-4B-Chat")
+    cmd = [sys.executable, "-m", "editserver.cli.main", "serve", "--model", str(d), "--prefix-cache-suffix"]
+    out = subprocess.run([*cmd, "--port", "0"], capture_output=True, text=True, timeout=120)
+    lines = [x for x in out.stderr.splitlines() if x.startswith("editserver serve:")]
+    assert out.returncode == 2, out.stderr
+    assert len(lines) == 1 and "--prefix-cache-suffix reuses nothing" in lines[0] and "(sdar)" in lines[0]
+    assert "Traceback" not in out.stderr

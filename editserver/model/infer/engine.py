@@ -145,6 +145,10 @@ class Engine:
             mb = DEFAULT_MB.get(self.family, DEFAULT_MB["block" if self.block_size else "open"])
         if mb < 0:
             raise ValueError(f"prefix cache size must be at least 0 MiB, got {mb}")
+        if suffix and self.block_size:  # a no-op option is an error: every block after a change depends on it
+            raise ValueError(
+                f"--prefix-cache-suffix reuses nothing for a block-diffusion model ({self.family})"
+            )
         self.prefix = PrefixStore(int(mb * 2**20), suffix=suffix) if mb > 0 else None
         self.cache = dataclasses.replace(self.cache, store=self.prefix)
 
