@@ -1,6 +1,7 @@
-"""Next edits end to end on a block-diffusion family: the real ``editserver serve`` (loopback) on the
-tiny SDAR fixture (tests/hf_sdar.py, random weights), the real LSP over stdio pointed at it, a rename
-typed at a definition, then ``editserver/nextEdit``.
+"""Next edits and inline completions end to end on a block-diffusion family: the real ``editserver
+serve`` (loopback) on the tiny SDAR fixture (tests/hf_sdar.py, random weights), the real LSP over stdio
+pointed at it, a rename typed at a definition, then ``editserver/nextEdit``; and an inline completion
+asked mid-line, which the server answers through the chat template (SDAR has no FIM tokens).
 
 Random weights make the rewrite's text arbitrary, so the checks are on structure and path: the reply
 is well formed and carries an id, the server is the SDAR model on its block grid (``/v1/models``),
@@ -66,3 +67,23 @@ async def test_next_edit_through_the_lsp_on_an_sdar_server(sdar_server, base_opt
     edits = _samples(metrics, "editserver_requests_total", endpoint="/v1/edit/completions")
     assert edits and all(labels["status"] == "200" for labels, _ in edits)  # every ask answered
     assert sum(n for _, n in edits) >= len(res["regions"])  # one ask per region at least
+
+
+async def test_inline_completion_through_the_lsp_on_an_sdar_server(sdar_server, base_options):
+    async with lsp_session(sdar_server, base_options) as s:
+        s.open(URI, SRC, "python")
+        res = await s.inline(URI, 6, 4)  # start of "print(total)": after indentation, mid-line
+        # random weights: the answer may be trimmed away; when shown, it is one clean line at the cursor
+        for item in res.items if res is not None else []:
+            assert "\n" not in item.insert_text and "\ufffd" not in item.insert_text
+            assert item.command.command == "editserver.inlineAccepted"
+        assert not any(m.type == 1 for m in s.messages), [m.message for m in s.messages]  # no error shown
+        assert not any(st.get("state") == "error" for st in s.statuses), s.statuses
+    metrics = httpx.get(f"{sdar_server}/metrics").text
+    assert (
+        _counter(metrics, "editserver_denoise_steps_total", kind="fim")
+        + _counter(metrics, "editserver_denoise_steps_total", kind="line")
+        > 0
+    )  # decoded on the SDAR model
+    fims = _samples(metrics, "editserver_requests_total", endpoint="/v1/fim/completions")
+    assert fims and all(labels["status"] == "200" for labels, _ in fims)  # answered
