@@ -1,4 +1,5 @@
-"""Test helpers: the denoising loop called with loose keyword arguments, as most sampler tests want.
+"""Test helpers: the denoising loop called with loose keyword arguments, as most sampler tests want,
+and ``editserver serve`` refusing its arguments through the real CLI.
 
 ``denoise`` here builds the decode plan, rows and hooks the loop takes (model/infer/sampler.py) and
 records every intermediate canvas, so tests can check the loop's invariants step by step.
@@ -6,6 +7,8 @@ records every intermediate canvas, so tests can check the loop's invariants step
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import torch
@@ -69,3 +72,15 @@ def denoise(
         hooks=Hooks(observe=observe, done=done, draft=draft, should_stop=should_stop),
     )
     return SimpleNamespace(**res.__dict__, canvases=canvases)
+
+
+def serve_refusal(*args: str) -> str:
+    """``editserver serve ARGS --port 0`` through the real CLI, which must refuse them: exit status 2, no
+    traceback, and exactly one ``editserver serve:`` line on stderr, which is returned."""
+    cmd = [sys.executable, "-m", "editserver.cli.main", "serve", *args, "--port", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    lines = [x for x in out.stderr.splitlines() if x.startswith("editserver serve:")]
+    assert out.returncode == 2, out.stderr
+    assert len(lines) == 1, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    return lines[0]

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.editserver.test_server import ZED_PROMPT
+from tests.helpers import serve_refusal
 from tests.hf_models import PUBLISHED, make_dream, make_llada, make_published
 from tests.lsp.conftest import REPO, lsp_session, quiet_env, serving
 
@@ -180,10 +181,5 @@ def test_chat_template_file_for_our_checkpoint_exits_2(tmp_path):
     """Our checkpoint writes its own prompts: a template file would change nothing, so it is one clear
     line and exit 2 rather than silently ignored."""
     (tmp_path / "template.jinja").write_text("{{ messages[0]['content'] }}")
-    arg = str(tmp_path / "template.jinja")
-    cmd = [sys.executable, "-m", "editserver.cli.main", "serve", "--chat-template", arg, "--port", "0"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=quiet_env())
-    lines = [x for x in r.stderr.splitlines() if x.startswith("editserver serve:")]
-    assert r.returncode == 2, r.stderr
-    assert len(lines) == 1 and "--chat-template applies to open-weight models" in lines[0], r.stderr
-    assert "Traceback" not in r.stderr
+    line = serve_refusal("--chat-template", str(tmp_path / "template.jinja"))
+    assert "--chat-template applies to open-weight models" in line, line

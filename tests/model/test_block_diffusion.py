@@ -24,6 +24,7 @@ from editserver.model.infer.plan import DecodePlan
 from editserver.model.infer.sampler import Decode
 from editserver.model.infer.unmasking import BlockSchedule
 from tests.editserver.test_server import ZED_PROMPT
+from tests.helpers import serve_refusal
 from tests.hf_sdar import make_sdar
 
 
@@ -228,31 +229,17 @@ def test_served_over_http_with_its_block_and_fim_route(tmp_path):
 def test_block_size_for_a_model_without_blocks_exits_2(tmp_path, model):
     """Through the real CLI: ``--block-size`` would change nothing for a model that denoises its whole
     answer at once (an open in-place family, or our own checkpoint), so it is one clear line, exit 2."""
-    import subprocess
-    import sys
-
     from tests.hf_models import make_dream
 
     args = ["--model", str(make_dream(tmp_path / "Dream-v0-Instruct-7B")[0])] if model == "dream" else []
-    cmd = [sys.executable, "-m", "editserver.cli.main", "serve", *args, "--block-size", "8", "--port", "0"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    lines = [x for x in out.stderr.splitlines() if x.startswith("editserver serve:")]
-    assert out.returncode == 2, out.stderr
-    assert len(lines) == 1 and "--block-size applies to block-diffusion models" in lines[0], out.stderr
-    assert ("family dream" in lines[0]) if model == "dream" else ("an editserver checkpoint" in lines[0])
-    assert "Traceback" not in out.stderr
+    line = serve_refusal(*args, "--block-size", "8")
+    assert "--block-size applies to block-diffusion models" in line, line
+    assert ("family dream" in line) if model == "dream" else ("an editserver checkpoint" in line)
 
 
 def test_prefix_cache_suffix_for_a_block_model_exits_2(tmp_path):
     """Under block-causal attention nothing after a change is reusable, so ``--prefix-cache-suffix``
     would change nothing: one clear line, exit 2, through the real CLI."""
-    import subprocess
-    import sys
-
     d, _ = make_sdar(tmp_path / "SDAR-4B-Chat")
-    cmd = [sys.executable, "-m", "editserver.cli.main", "serve", "--model", str(d), "--prefix-cache-suffix"]
-    out = subprocess.run([*cmd, "--port", "0"], capture_output=True, text=True, timeout=120)
-    lines = [x for x in out.stderr.splitlines() if x.startswith("editserver serve:")]
-    assert out.returncode == 2, out.stderr
-    assert len(lines) == 1 and "--prefix-cache-suffix reuses nothing" in lines[0] and "(sdar)" in lines[0]
-    assert "Traceback" not in out.stderr
+    line = serve_refusal("--model", str(d), "--prefix-cache-suffix")
+    assert "--prefix-cache-suffix reuses nothing" in line and "(sdar)" in line, line
